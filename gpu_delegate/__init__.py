@@ -1,0 +1,9 @@
+"""gpu_delegate: run TensorFlow Lite models on OpenCL / OpenGL ES 3.1 compute kernels, in Python."""
+
+from .delegate import DelegateKernel, SimpleDelegate
+from .errors import DelegateError, ModelError
+from .interpreter import Interpreter
+
+__version__ = "0.1.0"
+
+__all__ = ["Interpreter", "SimpleDelegate", "DelegateKernel", "ModelError", "DelegateError", "__version__"]

@@ -1,0 +1,120 @@
+"""Fixed-point arithmetic exactly as TFLite's reference kernels do it (int32 accumulators, requantization).
+
+The scalar helpers are numba functions so integer kernels can inline them in their loops.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numba
+import numpy as np
+
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+
+
+def quantize_multiplier(real: float) -> tuple[int, int]:
+    """TFLite's QuantizeMultiplier: real ≈ multiplier * 2^(shift - 31), multiplier in [2^30, 2^31)."""
+    if real == 0.0:
+        return 0, 0
+    frac, shift = math.frexp(real)
+    q = int(round(frac * (1 << 31)))
+    if q == (1 << 31):
+        q //= 2
+        shift += 1
+    if shift < -31:
+        return 0, 0
+    if shift > 30:
+        shift, q = 30, (1 << 31) - 1
+    return q, shift
+
+
+def quantize_multipliers(reals: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    pairs = [quantize_multiplier(float(r)) for r in np.atleast_1d(reals)]
+    return np.array([p[0] for p in pairs], np.int64), np.array([p[1] for p in pairs], np.int64)
+
+
+@numba.njit(cache=True, inline="always")
+def saturating_rounding_doubling_high_mul(a: int, b: int) -> int:
+    if a == INT32_MIN and b == INT32_MIN:
+        return INT32_MAX
+    ab = np.int64(a) * np.int64(b)
+    nudge = np.int64(1 << 30) if ab >= 0 else np.int64(1 - (1 << 30))
+    num = ab + nudge
+    q = abs(num) // np.int64(1 << 31)  # C division truncates toward zero
+    return -q if num < 0 else q
+
+
+@numba.njit(cache=True, inline="always")
+def rounding_divide_by_pot(x: int, exponent: int) -> int:
+    mask = np.int64((1 << exponent) - 1)
+    remainder = x & mask
+    threshold = (mask >> 1) + (1 if x < 0 else 0)
+    return (x >> exponent) + (1 if remainder > threshold else 0)
+
+
+@numba.njit(cache=True, inline="always")
+def multiply_by_quantized_multiplier(x: int, multiplier: int, shift: int) -> int:
+    left = shift if shift > 0 else 0
+    right = 0 if shift > 0 else -shift
+    return rounding_divide_by_pot(saturating_rounding_doubling_high_mul(x * (1 << left), multiplier), right)
+
+
+@numba.njit(cache=True, parallel=True)
+def requantize(acc: np.ndarray, multiplier: np.ndarray, shift: np.ndarray, zero_point: int,
+               qmin: int, qmax: int, out: np.ndarray) -> None:
+    """out[..., c] = clamp(zp + MBQM(acc[..., c], multiplier[c], shift[c])); acc is (rows, channels) int64."""
+    rows, channels = acc.shape
+    per_channel = multiplier.size > 1
+    for r in numba.prange(rows):
+        for c in range(channels):
+            k = c if per_channel else 0
+            v = multiply_by_quantized_multiplier(acc[r, c], multiplier[k], shift[k]) + zero_point
+            out[r, c] = min(max(v, qmin), qmax)
+
+
+def dtype_range(dtype: np.dtype) -> tuple[int, int]:
+    info = np.iinfo(dtype)
+    return int(info.min), int(info.max)
+
+
+def activation_range(code: int, scale: float, zero_point: int, dtype: np.dtype) -> tuple[int, int]:
+    """TFLite's CalculateActivationRangeQuantized: the clamp of a fused activation on the quantized grid."""
+    qmin, qmax = dtype_range(dtype)
+
+    def q(x: float) -> int:
+        return zero_point + int(round(x / scale))
+
+    if code == 1:  # RELU
+        return max(qmin, q(0.0)), qmax
+    if code == 3:  # RELU6
+        return max(qmin, q(0.0)), min(qmax, q(6.0))
+    if code == 2:  # RELU_N1_TO_1
+        return max(qmin, q(-1.0)), min(qmax, q(1.0))
+    return qmin, qmax
+
+
+def quantize(x: np.ndarray, scale, zero_point, dtype: np.dtype, axis: int | None = None) -> np.ndarray:
+    """Float -> integer, rounding half away from zero as TFLite does, saturating."""
+    qmin, qmax = dtype_range(dtype)
+    scale = np.asarray(scale, np.float32)
+    zero_point = np.asarray(zero_point, np.int64)
+    if axis is not None and scale.size > 1:
+        shape = [1] * x.ndim
+        shape[axis] = scale.size
+        scale, zero_point = scale.reshape(shape), zero_point.reshape(shape)
+    v = np.round(x.astype(np.float32) / scale)  # numpy rounds half to even: fix the ties below
+    exact = x.astype(np.float32) / scale
+    ties = np.abs(exact - np.trunc(exact)) == 0.5
+    v = np.where(ties, np.trunc(exact) + np.sign(exact), v)
+    return np.clip(v + zero_point, qmin, qmax).astype(dtype)
+
+
+def dequantize(q: np.ndarray, scale, zero_point, axis: int | None = None) -> np.ndarray:
+    scale = np.asarray(scale, np.float32)
+    zero_point = np.asarray(zero_point, np.int64)
+    if axis is not None and scale.size > 1:
+        shape = [1] * q.ndim
+        shape[axis] = scale.size
+        scale, zero_point = scale.reshape(shape), zero_point.reshape(shape)
+    return ((q.astype(np.int64) - zero_point) * scale.astype(np.float64)).astype(np.float32)

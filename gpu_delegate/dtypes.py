@@ -1,0 +1,54 @@
+"""Tensor element types: the flatbuffer schema's codes, numpy dtypes and the C API's codes, in one place."""
+
+from __future__ import annotations
+
+import numpy as np
+
+# tflite schema `TensorType` -> numpy. None: a type we read but cannot compute with.
+SCHEMA_TO_NUMPY: dict[int, np.dtype | None] = {
+    0: np.dtype(np.float32),
+    1: np.dtype(np.float16),
+    2: np.dtype(np.int32),
+    3: np.dtype(np.uint8),
+    4: np.dtype(np.int64),
+    5: None,  # STRING
+    6: np.dtype(np.bool_),
+    7: np.dtype(np.int16),
+    8: np.dtype(np.complex64),
+    9: np.dtype(np.int8),
+    10: np.dtype(np.float64),
+    11: np.dtype(np.complex128),
+    12: np.dtype(np.uint64),
+    13: None,  # RESOURCE
+    14: None,  # VARIANT
+    15: np.dtype(np.uint32),
+    16: np.dtype(np.uint16),
+    17: np.dtype(np.int8),  # INT4: stored packed two per byte; unpacked by the reader
+    18: None,  # BFLOAT16
+}
+
+SCHEMA_NAMES = {
+    0: "FLOAT32", 1: "FLOAT16", 2: "INT32", 3: "UINT8", 4: "INT64", 5: "STRING", 6: "BOOL", 7: "INT16",
+    8: "COMPLEX64", 9: "INT8", 10: "FLOAT64", 11: "COMPLEX128", 12: "UINT64", 13: "RESOURCE", 14: "VARIANT",
+    15: "UINT32", 16: "UINT16", 17: "INT4", 18: "BFLOAT16",
+}
+
+NUMPY_TO_SCHEMA: dict[np.dtype, int] = {
+    np.dtype(np.float32): 0, np.dtype(np.float16): 1, np.dtype(np.int32): 2, np.dtype(np.uint8): 3,
+    np.dtype(np.int64): 4, np.dtype(np.bool_): 6, np.dtype(np.int16): 7, np.dtype(np.complex64): 8,
+    np.dtype(np.int8): 9, np.dtype(np.float64): 10, np.dtype(np.complex128): 11, np.dtype(np.uint64): 12,
+    np.dtype(np.uint32): 15, np.dtype(np.uint16): 16,
+}
+
+# TfLiteType in the C API (common.h) differs from the schema: kTfLiteFloat32 == 1, kTfLiteInt32 == 2, ...
+C_API_TO_NUMPY: dict[int, np.dtype] = {
+    1: np.dtype(np.float32), 2: np.dtype(np.int32), 3: np.dtype(np.uint8), 4: np.dtype(np.int64),
+    6: np.dtype(np.bool_), 7: np.dtype(np.int16), 8: np.dtype(np.complex64), 9: np.dtype(np.int8),
+    10: np.dtype(np.float16), 11: np.dtype(np.float64), 12: np.dtype(np.complex128),
+    13: np.dtype(np.uint64), 16: np.dtype(np.uint32), 17: np.dtype(np.uint16),
+}
+NUMPY_TO_C_API = {v: k for k, v in C_API_TO_NUMPY.items()}
+
+
+def is_quantized_int(dtype: np.dtype) -> bool:
+    return dtype in (np.dtype(np.int8), np.dtype(np.uint8), np.dtype(np.int16))

@@ -1,0 +1,115 @@
+"""The graph IR: what a .tflite subgraph means, independent of any file format or backend.
+
+Tensors and nodes are plain dataclasses. Node attributes are the op's builtin options as a dict with
+snake_case keys named as in the TFLite schema (``stride_w``, ``fused_activation_function``, ``padding``...),
+so an op module reads ``node.attrs["stride_w"]`` and nothing else about flatbuffers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+# Enum values of the schema that op code compares against.
+PADDING_SAME, PADDING_VALID = 0, 1
+ACT_NONE, ACT_RELU, ACT_RELU_N1_TO_1, ACT_RELU6, ACT_TANH, ACT_SIGN_BIT = 0, 1, 2, 3, 4, 5
+
+
+@dataclass
+class Quantization:
+    """Affine quantization: real = scale * (q - zero_point), per tensor or per channel along ``axis``."""
+
+    scale: np.ndarray  # float32, length 1 or number of channels
+    zero_point: np.ndarray  # int64, same length
+    axis: int = 0
+
+    @property
+    def per_channel(self) -> bool:
+        return self.scale.size > 1
+
+    def scalar(self) -> tuple[float, int]:
+        """(scale, zero_point) of a per-tensor quantization."""
+        return float(self.scale[0]), int(self.zero_point[0])
+
+
+@dataclass
+class Tensor:
+    index: int
+    name: str
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    shape_signature: tuple[int, ...] | None = None
+    quant: Quantization | None = None
+    data: np.ndarray | None = None  # constant contents, already shaped; read-only view into the file
+    sparsity: dict | None = None  # DENSIFY input: traversal_order, block_map, dim_metadata
+    is_variable: bool = False
+    type_name: str = ""  # the schema's name ("INT4", "STRING", ...), for messages
+
+    @property
+    def is_const(self) -> bool:
+        return self.data is not None
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+
+@dataclass
+class Node:
+    index: int
+    op: str  # builtin name ("CONV_2D") or the custom code ("Convolution2DTransposeBias")
+    inputs: list[int]  # tensor indices; -1 marks an omitted optional input
+    outputs: list[int]
+    attrs: dict = field(default_factory=dict)
+    version: int = 1
+    custom: bool = False
+    custom_options: bytes = b""
+    intermediates: list[int] = field(default_factory=list)
+
+    def __str__(self) -> str:
+        return f"node {self.index} ({self.op})"
+
+
+@dataclass
+class Graph:
+    """One subgraph: tensors, nodes in execution order, and the graph's inputs and outputs."""
+
+    tensors: list[Tensor]
+    nodes: list[Node]
+    inputs: list[int]
+    outputs: list[int]
+    name: str = ""
+
+    def producers(self) -> dict[int, int]:
+        """tensor index -> index of the node that writes it."""
+        return {t: n.index for n in self.nodes for t in n.outputs}
+
+    def consumers(self) -> dict[int, list[int]]:
+        """tensor index -> indices of the nodes that read it, in execution order."""
+        out: dict[int, list[int]] = {}
+        for n in self.nodes:
+            for t in n.inputs:
+                if t >= 0:
+                    out.setdefault(t, []).append(n.index)
+        return out
+
+
+@dataclass
+class Signature:
+    key: str
+    subgraph: int
+    inputs: dict[str, int]  # signature name -> tensor index
+    outputs: dict[str, int]
+
+
+@dataclass
+class Model:
+    subgraphs: list[Graph]
+    signatures: list[Signature]
+    version: int = 3
+    description: str = ""
+
+    @property
+    def main(self) -> Graph:
+        return self.subgraphs[0]

@@ -1,0 +1,99 @@
+"""Grouping the nodes a delegate supports into partitions, and ordering the work around them.
+
+A partition must be convex: no path may leave it and come back, or it could not run as one kernel call.
+Each node gets a level: supported nodes even levels, the others odd, and a node's level is the smallest of
+its parity not below any producer's level (plus one when the producer is of the other kind). Supported
+nodes sharing a level form a partition; a path out of a partition and back in would have to climb at least
+two levels, so every partition is convex (the same idea as TFLite's `PartitionGraphIntoIndependentNodeSubsets`).
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, field
+
+from .graph import Graph
+
+
+@dataclass
+class Partition:
+    nodes: list[int]
+    inputs: list[int] = field(default_factory=list)  # non-constant tensors read from outside
+    outputs: list[int] = field(default_factory=list)  # tensors read outside or graph outputs
+
+
+def group_supported(graph: Graph, supported: set[int]) -> list[Partition]:
+    producers = graph.producers()
+    level: dict[int, int] = {}
+    for node in graph.nodes:
+        mine = node.index in supported
+        lvl = 0 if mine else 1
+        for t in node.inputs:
+            p = producers.get(t)
+            if p is None:
+                continue
+            lvl = max(lvl, level[p] + ((p in supported) != mine))
+        if (lvl % 2 == 0) != mine:
+            lvl += 1
+        level[node.index] = lvl
+    groups: dict[int, list[int]] = {}
+    for n in graph.nodes:
+        if n.index in supported:
+            groups.setdefault(level[n.index], []).append(n.index)
+    return [boundary(graph, nodes) for _, nodes in sorted(groups.items())]
+
+
+def boundary(graph: Graph, nodes: list[int]) -> Partition:
+    inside = set(nodes)
+    produced = {t for i in nodes for t in graph.nodes[i].outputs}
+    inputs: list[int] = []
+    for i in nodes:
+        for t in graph.nodes[i].inputs:
+            if t >= 0 and t not in produced and graph.tensors[t].data is None and t not in inputs:
+                inputs.append(t)
+    consumers = graph.consumers()
+    outputs = [t for i in nodes for t in graph.nodes[i].outputs
+               if t in graph.outputs or any(c not in inside for c in consumers.get(t, []))]
+    return Partition(nodes, inputs, outputs)
+
+
+def schedule(graph: Graph, partitions: list[Partition]) -> list[int | Partition]:
+    """Execution order: CPU node indices and partitions, topologically sorted, earliest node first."""
+    owner = {i: p for p in partitions for i in p.nodes}
+    steps: list[int | Partition] = []
+    key_of: dict[int, int] = {}
+    for n in graph.nodes:
+        if n.index not in owner:
+            key_of[id(n)] = len(steps)
+            steps.append(n.index)
+    for p in partitions:
+        steps.append(p)
+    step_of_node = {}
+    for si, s in enumerate(steps):
+        for i in (s.nodes if isinstance(s, Partition) else [s]):
+            step_of_node[i] = si
+    producers = graph.producers()
+    deps: dict[int, set[int]] = {si: set() for si in range(len(steps))}
+    for si, s in enumerate(steps):
+        for i in (s.nodes if isinstance(s, Partition) else [s]):
+            for t in graph.nodes[i].inputs:
+                p = producers.get(t)
+                if p is not None and step_of_node[p] != si:
+                    deps[si].add(step_of_node[p])
+    first = [min(s.nodes) if isinstance(s, Partition) else s for s in steps]
+    users: dict[int, list[int]] = {si: [] for si in deps}
+    for si, d in deps.items():
+        for p in d:
+            users[p].append(si)
+    pending = {si: len(d) for si, d in deps.items()}
+    heap = [(first[si], si) for si, c in pending.items() if c == 0]
+    heapq.heapify(heap)
+    order = []
+    while heap:
+        _, si = heapq.heappop(heap)
+        order.append(steps[si])
+        for u in users[si]:
+            pending[u] -= 1
+            if pending[u] == 0:
+                heapq.heappush(heap, (first[u], u))
+    return order

@@ -1,0 +1,6 @@
+"""Reading and writing .tflite flatbuffers."""
+
+from .reader import read_model
+from .writer import ModelBuilder
+
+__all__ = ["read_model", "ModelBuilder"]

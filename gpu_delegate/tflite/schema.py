@@ -1,0 +1,61 @@
+"""Names and reflection over the generated `tflite` flatbuffer classes, shared by the reader and the writer."""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import re
+
+import tflite
+
+BUILTIN_OPS: dict[int, str] = {
+    v: k for k, v in vars(tflite.BuiltinOperator).items() if not k.startswith("_") and isinstance(v, int)
+}
+BUILTIN_CODES: dict[str, int] = {v: k for k, v in BUILTIN_OPS.items()}
+OPTIONS_TYPES: dict[int, str] = {
+    v: k for k, v in vars(tflite.BuiltinOptions).items() if not k.startswith("_") and isinstance(v, int)
+}
+OPTIONS_CODES: dict[str, int] = {v: k for k, v in OPTIONS_TYPES.items()}
+
+# Ops whose options table is not named after the op.
+_OPTIONS_OVERRIDES = {
+    "AVERAGE_POOL_2D": "Pool2DOptions", "MAX_POOL_2D": "Pool2DOptions", "L2_POOL_2D": "Pool2DOptions",
+    "MEAN": "ReducerOptions", "SUM": "ReducerOptions", "REDUCE_MAX": "ReducerOptions",
+    "REDUCE_MIN": "ReducerOptions", "REDUCE_PROD": "ReducerOptions", "REDUCE_ANY": "ReducerOptions",
+    "REDUCE_ALL": "ReducerOptions", "LESS_EQUAL": "LessEqualOptions", "CONCATENATION": "ConcatenationOptions",
+    "RESIZE_NEAREST_NEIGHBOR": "ResizeNearestNeighborOptions",
+}
+_OPTIONS_BY_KEY = {name.upper(): name for name in OPTIONS_CODES}
+
+
+def options_type_for_op(op_name: str) -> str | None:
+    """The BuiltinOptions table name an op carries (``CONV_2D`` -> ``Conv2DOptions``), or None."""
+    if op_name in _OPTIONS_OVERRIDES:
+        return _OPTIONS_OVERRIDES[op_name]
+    return _OPTIONS_BY_KEY.get(op_name.replace("_", "") + "OPTIONS")
+
+
+def snake_case(camel: str) -> str:
+    return re.sub(r"(?<=[a-z0-9])([A-Z])|(?<=[A-Z])([A-Z])(?=[a-z])", r"_\1\2", camel).lower()
+
+
+@functools.lru_cache(maxsize=None)
+def options_module(type_name: str):
+    return importlib.import_module(f"tflite.{type_name}")
+
+
+@functools.lru_cache(maxsize=None)
+def options_fields(type_name: str) -> tuple[tuple[str, str, bool], ...]:
+    """(snake_name, getter, is_vector) for each scalar or vector field of an options table."""
+    cls = getattr(options_module(type_name), type_name)
+    names = [n for n in vars(cls) if not n.startswith("_") and callable(getattr(cls, n))]
+    skip = {"Init", "GetRootAs", f"GetRootAs{type_name}", f"{type_name}BufferHasIdentifier"}
+    fields = []
+    for n in names:
+        if n in skip or n.endswith(("AsNumpy", "Length", "IsNone")):
+            continue
+        is_vector = f"{n}Length" in names
+        if is_vector and f"{n}AsNumpy" not in names:
+            continue  # vectors of tables: no op we run uses them
+        fields.append((snake_case(n), n, is_vector))
+    return tuple(fields)

@@ -1,0 +1,284 @@
+"""Build .tflite flatbuffers from Python: tests make small models op by op, the CLI makes its demo model.
+
+    mb = ModelBuilder()
+    x = mb.input("x", [1, 8, 8, 3])
+    w = mb.const("w", np.ones([5, 3, 3, 3], np.float32))
+    y = mb.tensor("y", [1, 8, 8, 5])
+    mb.op("CONV_2D", [x, w, -1], [y], padding="SAME", stride_w=1, stride_h=1)
+    mb.output(y)
+    content = mb.build()
+
+Option names are the snake_case field names of the op's options table; enum fields also take their names
+(``padding="SAME"``, ``fused_activation_function="RELU6"``).
+"""
+
+from __future__ import annotations
+
+import flatbuffers
+import numpy as np
+import tflite
+
+from ..dtypes import NUMPY_TO_SCHEMA
+from .schema import BUILTIN_CODES, OPTIONS_CODES, options_fields, options_module, options_type_for_op
+
+_ENUMS = {"padding": tflite.Padding, "fused_activation_function": tflite.ActivationFunctionType,
+          "mode": tflite.MirrorPadMode, "combiner": tflite.CombinerType}
+
+
+class ModelBuilder:
+    def __init__(self, description: str = "gpu_delegate.ModelBuilder"):
+        self.description = description
+        self.tensors: list[dict] = []
+        self.buffers: list[bytes] = [b""]
+        self.ops: list[tuple] = []
+        self.opcodes: list[tuple[str, int]] = []
+        self.inputs: list[int] = []
+        self.outputs: list[int] = []
+        self.signature: tuple[str, dict, dict] | None = None
+
+    # -- tensors --------------------------------------------------------------------------------------
+    def tensor(self, name: str, shape, dtype=np.float32, *, scale=None, zero_point=None, axis: int = 0,
+               data: np.ndarray | None = None, shape_signature=None, sparsity: dict | None = None) -> int:
+        dtype = np.dtype(dtype)
+        buffer = 0
+        if data is not None:
+            buffer = len(self.buffers)
+            self.buffers.append(np.ascontiguousarray(data, dtype).tobytes())
+        self.tensors.append(dict(name=name, shape=[int(d) for d in shape], type=NUMPY_TO_SCHEMA[dtype],
+                                 buffer=buffer, scale=scale, zero_point=zero_point, axis=axis,
+                                 shape_signature=shape_signature, sparsity=sparsity))
+        return len(self.tensors) - 1
+
+    def input(self, name: str, shape, dtype=np.float32, **kw) -> int:
+        t = self.tensor(name, shape, dtype, **kw)
+        self.inputs.append(t)
+        return t
+
+    def const(self, name: str, data, dtype=None, **kw) -> int:
+        data = np.asarray(data, dtype)
+        return self.tensor(name, data.shape, data.dtype, data=data, **kw)
+
+    def output(self, *tensors: int) -> None:
+        self.outputs.extend(tensors)
+
+    # -- ops --------------------------------------------------------------------------------------------
+    def op(self, name: str, inputs, outputs, *, version: int = 1, custom_options: bytes | None = None,
+           **options) -> None:
+        custom = name not in BUILTIN_CODES
+        key = (name, version)
+        if key not in self.opcodes:
+            self.opcodes.append(key)
+        self.ops.append((self.opcodes.index(key), list(inputs), list(outputs), options, custom_options, custom))
+
+    # -- serialization ----------------------------------------------------------------------------------
+    def build(self) -> bytes:
+        b = flatbuffers.Builder(1024 + sum(len(x) for x in self.buffers))
+
+        def ivec(start, values, elem="int32"):
+            start(b, len(values))
+            for v in reversed(values):
+                getattr(b, {"int32": "PrependInt32", "int64": "PrependInt64", "float": "PrependFloat32",
+                            "uint8": "PrependUint8"}[elem])(v)
+            return b.EndVector()
+
+        buffers = []
+        for data in self.buffers:
+            vec = None
+            if data:
+                b.StartVector(1, len(data), 16)
+                b.head = b.head - len(data)
+                b.Bytes[b.head:b.head + len(data)] = data
+                vec = b.EndVector()
+            tflite.BufferStart(b)
+            if vec is not None:
+                tflite.BufferAddData(b, vec)
+            buffers.append(tflite.BufferEnd(b))
+
+        tensors = []
+        for t in self.tensors:
+            name = b.CreateString(t["name"])
+            shape = ivec(tflite.TensorStartShapeVector, t["shape"])
+            sig = ivec(tflite.TensorStartShapeSignatureVector, t["shape_signature"]) \
+                if t["shape_signature"] is not None else None
+            quant = None
+            if t["scale"] is not None:
+                scale = np.atleast_1d(np.asarray(t["scale"], np.float32)).tolist()
+                zp = np.atleast_1d(np.asarray(t["zero_point"] if t["zero_point"] is not None else 0, np.int64))
+                zp = (zp if zp.size == len(scale) else np.full(len(scale), zp[0])).tolist()
+                sv = ivec(tflite.QuantizationParametersStartScaleVector, scale, "float")
+                zv = ivec(tflite.QuantizationParametersStartZeroPointVector, zp, "int64")
+                tflite.QuantizationParametersStart(b)
+                tflite.QuantizationParametersAddScale(b, sv)
+                tflite.QuantizationParametersAddZeroPoint(b, zv)
+                tflite.QuantizationParametersAddQuantizedDimension(b, t["axis"])
+                quant = tflite.QuantizationParametersEnd(b)
+            sparsity = self._sparsity(b, t["sparsity"], ivec) if t["sparsity"] else None
+            tflite.TensorStart(b)
+            tflite.TensorAddShape(b, shape)
+            if sig is not None:
+                tflite.TensorAddShapeSignature(b, sig)
+            tflite.TensorAddType(b, t["type"])
+            tflite.TensorAddBuffer(b, t["buffer"])
+            tflite.TensorAddName(b, name)
+            if quant is not None:
+                tflite.TensorAddQuantization(b, quant)
+            if sparsity is not None:
+                tflite.TensorAddSparsity(b, sparsity)
+            tensors.append(tflite.TensorEnd(b))
+
+        ops = []
+        for opcode_index, inputs, outputs, options, custom_options, custom in self.ops:
+            op_name = self.opcodes[opcode_index][0]
+            opts_type, opts = (0, None) if custom else self._options(b, op_name, options)
+            iv = ivec(tflite.OperatorStartInputsVector, inputs)
+            ov = ivec(tflite.OperatorStartOutputsVector, outputs)
+            cv = ivec(tflite.OperatorStartCustomOptionsVector, list(custom_options), "uint8") \
+                if custom_options else None
+            tflite.OperatorStart(b)
+            tflite.OperatorAddOpcodeIndex(b, opcode_index)
+            tflite.OperatorAddInputs(b, iv)
+            tflite.OperatorAddOutputs(b, ov)
+            if opts is not None:
+                tflite.OperatorAddBuiltinOptionsType(b, opts_type)
+                tflite.OperatorAddBuiltinOptions(b, opts)
+            if cv is not None:
+                tflite.OperatorAddCustomOptions(b, cv)
+            ops.append(tflite.OperatorEnd(b))
+
+        def table_vec(start, items):
+            start(b, len(items))
+            for it in reversed(items):
+                b.PrependUOffsetTRelative(it)
+            return b.EndVector()
+
+        sg_name = b.CreateString("main")
+        tv = table_vec(tflite.SubGraphStartTensorsVector, tensors)
+        inv = ivec(tflite.SubGraphStartInputsVector, self.inputs)
+        outv = ivec(tflite.SubGraphStartOutputsVector, self.outputs)
+        opv = table_vec(tflite.SubGraphStartOperatorsVector, ops)
+        tflite.SubGraphStart(b)
+        tflite.SubGraphAddTensors(b, tv)
+        tflite.SubGraphAddInputs(b, inv)
+        tflite.SubGraphAddOutputs(b, outv)
+        tflite.SubGraphAddOperators(b, opv)
+        tflite.SubGraphAddName(b, sg_name)
+        subgraph = tflite.SubGraphEnd(b)
+
+        opcodes = []
+        for name, version in self.opcodes:
+            custom_name = b.CreateString(name) if name not in BUILTIN_CODES else None
+            code = BUILTIN_CODES.get(name, BUILTIN_CODES["CUSTOM"])
+            tflite.OperatorCodeStart(b)
+            tflite.OperatorCodeAddBuiltinCode(b, code)
+            tflite.OperatorCodeAddDeprecatedBuiltinCode(b, min(code, 127))
+            tflite.OperatorCodeAddVersion(b, version)
+            if custom_name is not None:
+                tflite.OperatorCodeAddCustomCode(b, custom_name)
+            opcodes.append(tflite.OperatorCodeEnd(b))
+
+        sigs = []
+        if self.signature is not None:
+            key, ins, outs = self.signature
+            maps = []
+            for d in (ins, outs):
+                entries = []
+                for n, t in d.items():
+                    s = b.CreateString(n)
+                    tflite.TensorMapStart(b)
+                    tflite.TensorMapAddName(b, s)
+                    tflite.TensorMapAddTensorIndex(b, t)
+                    entries.append(tflite.TensorMapEnd(b))
+                maps.append(entries)
+            iv = table_vec(tflite.SignatureDefStartInputsVector, maps[0])
+            ov = table_vec(tflite.SignatureDefStartOutputsVector, maps[1])
+            k = b.CreateString(key)
+            tflite.SignatureDefStart(b)
+            tflite.SignatureDefAddInputs(b, iv)
+            tflite.SignatureDefAddOutputs(b, ov)
+            tflite.SignatureDefAddSignatureKey(b, k)
+            tflite.SignatureDefAddSubgraphIndex(b, 0)
+            sigs.append(tflite.SignatureDefEnd(b))
+
+        desc = b.CreateString(self.description)
+        ocv = table_vec(tflite.ModelStartOperatorCodesVector, opcodes)
+        sgv = table_vec(tflite.ModelStartSubgraphsVector, [subgraph])
+        bv = table_vec(tflite.ModelStartBuffersVector, buffers)
+        sdv = table_vec(tflite.ModelStartSignatureDefsVector, sigs) if sigs else None
+        tflite.ModelStart(b)
+        tflite.ModelAddVersion(b, 3)
+        tflite.ModelAddOperatorCodes(b, ocv)
+        tflite.ModelAddSubgraphs(b, sgv)
+        tflite.ModelAddDescription(b, desc)
+        tflite.ModelAddBuffers(b, bv)
+        if sdv is not None:
+            tflite.ModelAddSignatureDefs(b, sdv)
+        b.Finish(tflite.ModelEnd(b), file_identifier=b"TFL3")
+        return bytes(b.Output())
+
+    def add_signature(self, key: str, inputs: dict[str, int], outputs: dict[str, int]) -> None:
+        self.signature = (key, inputs, outputs)
+
+    @staticmethod
+    def _options(b, op_name: str, options: dict):
+        type_name = options_type_for_op(op_name)
+        if type_name is None:
+            if options:
+                raise ValueError(f"{op_name} takes no options, got {sorted(options)}")
+            return 0, None
+        module = options_module(type_name)
+        fields = {snake: (getter, vec) for snake, getter, vec in options_fields(type_name)}
+        vectors = {}
+        for key, value in options.items():
+            if key not in fields:
+                raise ValueError(f"{type_name} has no field {key!r}; fields: {sorted(fields)}")
+            getter, is_vector = fields[key]
+            if is_vector:
+                start = getattr(module, f"{type_name}Start{getter}Vector")
+                start(b, len(value))
+                for v in reversed(list(value)):
+                    b.PrependInt32(int(v))
+                vectors[key] = b.EndVector()
+        getattr(module, f"{type_name}Start")(b)
+        for key, value in options.items():
+            getter, is_vector = fields[key]
+            if is_vector:
+                value = vectors[key]
+            elif isinstance(value, str):
+                value = getattr(_ENUMS[key], value)
+            getattr(module, f"{type_name}Add{getter}")(b, value)
+        return OPTIONS_CODES[type_name], getattr(module, f"{type_name}End")(b)
+
+    @staticmethod
+    def _sparsity(b, sp: dict, ivec):
+        dims = []
+        for d in sp["dim_metadata"]:
+            seg = idx = None
+            if d["format"] == 1:
+                seg_vals = ivec(tflite.Int32VectorStartValuesVector, list(d["segments"]))
+                tflite.Int32VectorStart(b)
+                tflite.Int32VectorAddValues(b, seg_vals)
+                seg = tflite.Int32VectorEnd(b)
+                idx_vals = ivec(tflite.Int32VectorStartValuesVector, list(d["indices"]))
+                tflite.Int32VectorStart(b)
+                tflite.Int32VectorAddValues(b, idx_vals)
+                idx = tflite.Int32VectorEnd(b)
+            tflite.DimensionMetadataStart(b)
+            tflite.DimensionMetadataAddFormat(b, d["format"])
+            tflite.DimensionMetadataAddDenseSize(b, d.get("dense_size", 0))
+            if seg is not None:
+                tflite.DimensionMetadataAddArraySegmentsType(b, 1)
+                tflite.DimensionMetadataAddArraySegments(b, seg)
+                tflite.DimensionMetadataAddArrayIndicesType(b, 1)
+                tflite.DimensionMetadataAddArrayIndices(b, idx)
+            dims.append(tflite.DimensionMetadataEnd(b))
+        to = ivec(tflite.SparsityParametersStartTraversalOrderVector, list(sp["traversal_order"]))
+        bm = ivec(tflite.SparsityParametersStartBlockMapVector, list(sp.get("block_map", [])))
+        tflite.SparsityParametersStartDimMetadataVector(b, len(dims))
+        for d in reversed(dims):
+            b.PrependUOffsetTRelative(d)
+        dv = b.EndVector()
+        tflite.SparsityParametersStart(b)
+        tflite.SparsityParametersAddTraversalOrder(b, to)
+        tflite.SparsityParametersAddBlockMap(b, bm)
+        tflite.SparsityParametersAddDimMetadata(b, dv)
+        return tflite.SparsityParametersEnd(b)
