@@ -6,7 +6,7 @@ classes, so a delegate written here in numpy, numba or anything else runs in eit
 
 from __future__ import annotations
 
-from typing import Mapping, MutableMapping
+from collections.abc import Mapping, MutableMapping
 
 import numpy as np
 

@@ -80,6 +80,7 @@ class Graph:
     inputs: list[int]
     outputs: list[int]
     name: str = ""
+    model_digest: str = ""  # SHA-256 of the file this graph was read from
 
     def producers(self) -> dict[int, int]:
         """tensor index -> index of the node that writes it."""

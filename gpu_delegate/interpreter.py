@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Sequence
 
 import numba
 import numpy as np
@@ -21,6 +21,9 @@ from .partition import Partition, group_supported, schedule
 from .tflite.reader import read_model
 
 log = logging.getLogger("gpu_delegate")
+
+# No single tensor may ask for more than this: a corrupt shape must fail cleanly, not exhaust memory.
+MAX_TENSOR_BYTES = 4 << 30
 
 
 class _Delegated:
@@ -133,7 +136,8 @@ class Interpreter:
             "dtype": t.dtype.type,
             "quantization": (float(scales[0]), int(zps[0])) if q is not None and scales.size == 1 else (0.0, 0),
             "quantization_parameters": {"scales": scales.copy(), "zero_points": zps.copy(),
-                                        "quantized_dimension": q.axis if q is not None else 0},
+                                        "quantized_dimension": q.axis if q is not None else 0,
+                                        "block_size": 0},
             "sparsity_parameters": t.sparsity or {},
         }
 
@@ -169,8 +173,9 @@ class Interpreter:
                 raise ValueError(f"resize of input {t.name!r} to {list(shape)} is not allowed by its "
                                  f"shape signature {list(sig)}")
         with self._lock:
-            self._shapes[t.index] = shape
-            self._allocated = False
+            if self._shapes[t.index] != shape:  # same shape: a no-op, as in TFLite (RNN state is kept)
+                self._shapes[t.index] = shape
+                self._allocated = False
 
     def allocate_tensors(self) -> None:
         with self._lock:
@@ -189,16 +194,35 @@ class Interpreter:
                     raise ModelError(f"{self._source}: {node}: cannot infer output shapes ({e})") from None
                 for t, s in zip(node.outputs, out):
                     shapes[t] = tuple(int(d) for d in s)
+            for t, shape in enumerate(shapes):
+                tensor = self._graph.tensors[t]
+                nbytes = int(np.prod(shape, dtype=np.float64)) * tensor.dtype.itemsize
+                if nbytes > MAX_TENSOR_BYTES:
+                    raise ModelError(f"{self._source}: tensor {t} ({tensor.name!r}) of shape {list(shape)} would need "
+                                     f"{nbytes / 2**30:.1f} GiB, more than the {MAX_TENSOR_BYTES >> 30} GiB allowed")
             self._shapes = shapes
             for i in self._graph.inputs:
                 t = self._graph.tensors[i]
                 cur = self._values[i]
                 if cur is None or cur.shape != shapes[i]:
                     self._values[i] = np.zeros(shapes[i], t.dtype)
+            if not self._allocated:  # like TFLite: RNN state restarts when tensors are (re)allocated
+                self._reset_variables()
             for step in self._steps:
                 if isinstance(step, _Delegated):
                     step.kernel.prepare(_TensorView(self._values))
             self._allocated = True
+
+    def reset_all_variables(self) -> None:
+        """Set every variable tensor (RNN state) back to zero (a quantized one: its zero point)."""
+        with self._lock:
+            self._reset_variables()
+
+    def _reset_variables(self) -> None:
+        for t in self._graph.tensors:
+            if t.is_variable:
+                zero = t.quant.scalar()[1] if t.quant is not None and t.dtype.kind in "iu" else 0
+                self._values[t.index] = np.full(self._shapes[t.index], zero, t.dtype)
 
     def set_tensor(self, tensor_index: int, value) -> None:
         t = self._tensor(tensor_index)
@@ -247,19 +271,27 @@ class Interpreter:
                 node = graph.nodes[step]
                 op = get_op(node.op)
                 ins = [values[t] if t >= 0 else None for t in node.inputs]
-                for k, (t, v) in enumerate(zip(node.inputs, ins)):
+                for t, v in zip(node.inputs, ins):
                     if t >= 0 and v is None:
                         raise ModelError(f"{self._source}: {node} reads tensor {t} "
                                          f"({graph.tensors[t].name!r}) which nothing has written")
-                outs = op.run_cpu(node, graph, ins)
+                try:
+                    outs = op.run_cpu(node, graph, ins)
+                except ModelError:
+                    raise
+                except (ValueError, IndexError, ZeroDivisionError, TypeError, OverflowError) as e:
+                    # a kernel tripping over shapes or values the loader could not rule out: say where
+                    raise ModelError(f"{self._source}: {node} cannot run: {type(e).__name__}: {e}") from None
                 for t, v in zip(node.outputs, outs):
                     values[t] = np.asarray(v, graph.tensors[t].dtype)
 
     # -- signatures -------------------------------------------------------------------------------------
     def get_signature_list(self) -> dict[str, dict[str, list[str]]]:
-        return {s.key: {"inputs": list(s.inputs), "outputs": list(s.outputs)} for s in self._model.signatures}
+        # Sorted, as LiteRT's (its C++ side keeps the names in a std::map).
+        return {s.key: {"inputs": sorted(s.inputs), "outputs": sorted(s.outputs)}
+                for s in self._model.signatures}
 
-    def get_signature_runner(self, signature_key: str | None = None) -> "SignatureRunner":
+    def get_signature_runner(self, signature_key: str | None = None) -> SignatureRunner:
         sigs = self._model.signatures
         if not sigs:
             raise ValueError("the model has no signatures")

@@ -55,7 +55,7 @@ def rounding_divide_by_pot(x: int, exponent: int) -> int:
 
 @numba.njit(cache=True, inline="always")
 def multiply_by_quantized_multiplier(x: int, multiplier: int, shift: int) -> int:
-    left = shift if shift > 0 else 0
+    left = max(0, shift)
     right = 0 if shift > 0 else -shift
     return rounding_divide_by_pot(saturating_rounding_doubling_high_mul(x * (1 << left), multiplier), right)
 

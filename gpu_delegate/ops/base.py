@@ -15,14 +15,15 @@ All methods are static: an op has no state. Attributes come from ``node.attrs`` 
 
 from __future__ import annotations
 
-from typing import Callable, ClassVar
+from collections.abc import Callable
+from typing import ClassVar
 
 import numpy as np
 
 from ..errors import ModelError
 from ..graph import Graph, Node
 
-REGISTRY: dict[str, type["Op"]] = {}
+REGISTRY: dict[str, type[Op]] = {}
 
 
 class Op:
@@ -50,6 +51,14 @@ class Op:
     @staticmethod
     def gpu_support(node: Node, graph: Graph) -> bool | str:
         return "no GPU kernel for this op"
+
+    @staticmethod
+    def gpu_expr(node: Node, graph: Graph) -> str | None:
+        """Elementwise ops only: the result as a dialect expression over FLT4 ``a`` (input 0) and ``b``
+        (input 1), e.g. ``"a + b"``. Such an op can be fused into the kernel that produces its input."""
+        return None
+
+    # GPU ops also define ``lower(node, graph, ctx)``: emit kernel calls through a lowering.emit.LowerContext.
 
 
 def register(cls: type[Op]) -> type[Op]:

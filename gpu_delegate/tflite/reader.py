@@ -7,6 +7,7 @@ the file size before it is iterated, so a hostile file cannot make us loop or al
 
 from __future__ import annotations
 
+import hashlib
 import struct
 
 import numpy as np
@@ -28,12 +29,16 @@ def read_model(content: bytes | bytearray | memoryview, source: str = "model") -
     if buf[4:8] != b"TFL3":
         raise ModelError(f"{source}: not a TFLite model (file identifier {bytes(buf[4:8])!r}, expected b'TFL3')")
     try:
-        return _Reader(buf, source).model()
+        model = _Reader(buf, source).model()
     except ModelError:
         raise
     except (struct.error, IndexError, ValueError, TypeError, OverflowError, UnicodeDecodeError,
             AttributeError, KeyError, MemoryError) as e:
         raise ModelError(f"{source}: malformed flatbuffer ({type(e).__name__}: {e})") from None
+    digest = hashlib.sha256(buf).hexdigest()
+    for g in model.subgraphs:
+        g.model_digest = digest
+    return model
 
 
 class _Reader:

@@ -38,7 +38,8 @@ class ModelBuilder:
 
     # -- tensors --------------------------------------------------------------------------------------
     def tensor(self, name: str, shape, dtype=np.float32, *, scale=None, zero_point=None, axis: int = 0,
-               data: np.ndarray | None = None, shape_signature=None, sparsity: dict | None = None) -> int:
+               data: np.ndarray | None = None, shape_signature=None, sparsity: dict | None = None,
+               is_variable: bool = False) -> int:
         dtype = np.dtype(dtype)
         buffer = 0
         if data is not None:
@@ -46,7 +47,7 @@ class ModelBuilder:
             self.buffers.append(np.ascontiguousarray(data, dtype).tobytes())
         self.tensors.append(dict(name=name, shape=[int(d) for d in shape], type=NUMPY_TO_SCHEMA[dtype],
                                  buffer=buffer, scale=scale, zero_point=zero_point, axis=axis,
-                                 shape_signature=shape_signature, sparsity=sparsity))
+                                 shape_signature=shape_signature, sparsity=sparsity, is_variable=is_variable))
         return len(self.tensors) - 1
 
     def input(self, name: str, shape, dtype=np.float32, **kw) -> int:
@@ -119,6 +120,7 @@ class ModelBuilder:
                 tflite.TensorAddShapeSignature(b, sig)
             tflite.TensorAddType(b, t["type"])
             tflite.TensorAddBuffer(b, t["buffer"])
+            tflite.TensorAddIsVariable(b, t["is_variable"])
             tflite.TensorAddName(b, name)
             if quant is not None:
                 tflite.TensorAddQuantization(b, quant)

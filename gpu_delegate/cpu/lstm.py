@@ -1,0 +1,95 @@
+"""Float LSTM over a sequence, step by step as TFLite's lstm_eval.cc does it (LstmStepFloat).
+
+Gate order everywhere is input, forget, cell, output. The input contributions of all time steps are one
+matrix product up front; only the recurrent part, one matmul for all gates side by side, has to wait for
+the previous step. Work is in float32 (BLAS matmuls), which is what TFLite accumulates in too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .activation import apply_activation
+
+
+@dataclass
+class LstmWeights:
+    input_w: list[np.ndarray | None]  # per gate [n_cell, n_input]; the input gate's is None under CIFG
+    recurrent_w: list[np.ndarray | None]  # per gate [n_cell, n_output], or [n_cell] when diagonal
+    peephole: list[np.ndarray | None]  # per gate [n_cell] (the cell gate has none)
+    bias: list[np.ndarray | None]
+    layer_norm: list[np.ndarray | None]
+    projection_w: np.ndarray | None  # [n_output, n_cell]
+    projection_b: np.ndarray | None
+    diagonal_recurrent: bool = False
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    # tanh form: no overflow warnings for large |x|
+    return np.float32(0.5) * np.tanh(np.float32(0.5) * x) + np.float32(0.5)
+
+
+def _normalize(x: np.ndarray) -> np.ndarray:
+    """TFLite's MeanStddevNormalization over the cell dimension."""
+    mean = x.mean(axis=-1, keepdims=True, dtype=np.float32)
+    var = np.square(x - mean).mean(axis=-1, keepdims=True, dtype=np.float32)
+    return (x - mean) / np.sqrt(var + np.float32(1e-8))
+
+
+def _gate(pre: dict, g: int, cell: np.ndarray, peephole: dict, norm: dict) -> np.ndarray:
+    """Gate g's pre-activation: matmul part, plus peephole, then layer norm and bias if the model has them."""
+    v = pre[g]
+    if g in peephole:
+        v = v + peephole[g] * cell
+    if g in norm:
+        v = _normalize(v) * norm[g][0] + norm[g][1]
+    return v
+
+
+def lstm_sequence(x: np.ndarray, w: LstmWeights, h: np.ndarray, c: np.ndarray, activation: int,
+                  cell_clip: float, proj_clip: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """x: [time, batch, n_input]; h: [batch, n_output]; c: [batch, n_cell].
+    Returns (outputs [time, batch, n_output], final h, final c)."""
+    f32 = np.float32
+    x = np.asarray(x, f32)
+    h = np.array(h, f32)
+    c = np.array(c, f32)
+    cifg = w.input_w[0] is None
+    gates = [1, 2, 3] if cifg else [0, 1, 2, 3]
+    layer_norm = w.layer_norm[1] is not None
+    # The gates side by side, so each step is one recurrent matmul. The input part of every step is computed
+    # up front, with the bias unless layer norm adds it after normalizing.
+    xw = x @ np.concatenate([w.input_w[g] for g in gates]).astype(f32).T  # [time, batch, gates * n_cell]
+    if not layer_norm:
+        xw += np.concatenate([w.bias[g] for g in gates]).astype(f32)
+    rec = np.concatenate([w.recurrent_w[g] for g in gates]).astype(f32)
+    if not w.diagonal_recurrent:
+        rec = np.ascontiguousarray(rec.T)  # [n_output, gates * n_cell]
+    peephole = {g: w.peephole[g].astype(f32) for g in gates if w.peephole[g] is not None}
+    norm = {g: (w.layer_norm[g].astype(f32), w.bias[g].astype(f32)) for g in gates} if layer_norm else {}
+    proj_w = None if w.projection_w is None else np.ascontiguousarray(w.projection_w.astype(f32).T)
+    proj_b = None if w.projection_b is None else w.projection_b.astype(f32)
+    outputs = np.empty((x.shape[0], x.shape[1], h.shape[1]), f32)
+
+    for t in range(x.shape[0]):
+        z = xw[t] + (np.tile(h, len(gates)) * rec if w.diagonal_recurrent else h @ rec)
+        pre = dict(zip(gates, np.split(z, len(gates), axis=1)))
+        forget = _sigmoid(_gate(pre, 1, c, peephole, norm))
+        inp = f32(1) - forget if cifg else _sigmoid(_gate(pre, 0, c, peephole, norm))
+        cell_in = apply_activation(_gate(pre, 2, c, peephole, norm).copy(), activation)
+        c = forget * c + inp * cell_in
+        if cell_clip > 0:
+            c = np.clip(c, -cell_clip, cell_clip)
+        out_gate = _sigmoid(_gate(pre, 3, c, peephole, norm))  # its peephole sees the new cell state
+        m = out_gate * apply_activation(c.copy(), activation)
+        if proj_w is not None:
+            m = m @ proj_w
+            if proj_b is not None:
+                m += proj_b
+            if proj_clip > 0:
+                m = np.clip(m, -proj_clip, proj_clip)
+        h = m.astype(f32, copy=False)
+        outputs[t] = h
+    return outputs, h, c

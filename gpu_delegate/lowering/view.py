@@ -1,0 +1,65 @@
+"""A partition as the lowering passes see and rewrite it.
+
+The passes never touch the graph: they remove nodes from ``nodes``, record folded constants, renames and
+fused post-ops here, and `emit.py` turns what remains into kernel calls.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..cpu.quant import dequantize
+from ..graph import Graph
+from .plan import PostOp
+
+
+@dataclass
+class PartitionView:
+    graph: Graph
+    nodes: list[int]  # nodes still to lower, in execution order
+    shapes: dict[int, tuple[int, ...]]  # tensor -> shape for this preparation
+    inputs: list[int]  # boundary inputs (non-constant)
+    outputs: list[int]  # boundary outputs
+    folded: dict[int, np.ndarray] = field(default_factory=dict)  # tensor -> constant computed at prepare
+    postops: dict[int, list[PostOp]] = field(default_factory=dict)  # node -> post-ops fused into its output
+    written_as: dict[int, int] = field(default_factory=dict)  # tensor a node writes -> tensor it really writes
+    read_as: dict[tuple[int, int], int] = field(default_factory=dict)  # (node, input slot) -> tensor it reads
+    extra_padding: dict[int, tuple[int, int, int, int]] = field(default_factory=dict)  # node -> t, b, l, r
+    aliases: dict[int, int] = field(default_factory=dict)  # tensor -> tensor whose buffer it shares
+    notes: list[str] = field(default_factory=list)  # what each pass did, for inspect/logs
+
+    def const(self, t: int) -> np.ndarray | None:
+        """The float32 value of a constant tensor (dequantized once), or None if it is not constant."""
+        if t < 0:
+            return None
+        if t in self.folded:
+            return self.folded[t]
+        tensor = self.graph.tensors[t]
+        if tensor.data is None:
+            return None
+        data = tensor.data
+        q = tensor.quant
+        if q is not None and data.dtype.kind in "iu":  # int8/uint8 weights, int32 biases
+            value = dequantize(data, q.scale, q.zero_point, q.axis if q.per_channel else None)
+        elif data.dtype.kind == "f":
+            value = np.asarray(data, np.float32)
+        else:
+            value = data  # shapes, axes, paddings: read as they are
+        self.folded[t] = value
+        return value
+
+    def is_const(self, t: int) -> bool:
+        return t >= 0 and (t in self.folded or self.graph.tensors[t].data is not None)
+
+    def consumers(self, t: int) -> list[int]:
+        return [n for n in self.nodes if t in self.node_inputs(n)]
+
+    def node_inputs(self, n: int) -> list[int]:
+        return [self.read_as.get((n, k), t) for k, t in enumerate(self.graph.nodes[n].inputs)]
+
+    def final(self, t: int) -> int:
+        while t in self.written_as:
+            t = self.written_as[t]
+        return t

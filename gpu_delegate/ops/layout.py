@@ -1,0 +1,820 @@
+"""Shape and layout ops: reshape, slice, concatenate, pad, gather, transpose and friends.
+
+They move data without arithmetic, so quantized tensors go through untouched (TFLite requires the
+quantization of input and output to match for most of them); CONCATENATION alone requantizes inputs whose
+quantization differs from the output's. Index math follows TFLite's kernels, including its clamping rules.
+
+Some of these ops take their parameters (a new shape, slice bounds, paddings) from a tensor. When that tensor
+is a constant, `infer` computes the output shape from it; when a node computes it at run time, `infer`
+returns the shape the model declares and `run_cpu` uses the actual values.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..cpu import layout as k
+from ..cpu.activation import apply_activation
+from ..cpu.quant import activation_range
+from ..errors import ModelError
+from ..graph import ACT_NONE, ACT_SIGN_BIT, Graph, Node
+from .base import Op, input_count, register
+
+Shape = tuple[int, ...]
+
+
+# -- helpers ----------------------------------------------------------------------------------------------
+
+def _declared(node: Node, graph: Graph) -> list[Shape]:
+    return [graph.tensors[t].shape for t in node.outputs]
+
+
+def _value(node: Node, graph: Graph, inputs: list[np.ndarray | None] | None, i: int) -> np.ndarray | None:
+    """Input ``i``'s contents: the run-time array when running, the constant data when inferring."""
+    if i >= len(node.inputs) or node.inputs[i] < 0:
+        return None
+    if inputs is not None:
+        return inputs[i]
+    return graph.tensors[node.inputs[i]].data
+
+
+def _ints(node: Node, v: np.ndarray, what: str) -> list[int]:
+    if v.dtype.kind not in "iu":
+        raise ModelError(f"{node}: {what} must be an integer tensor, got {v.dtype}")
+    return [int(x) for x in np.asarray(v).reshape(-1)]
+
+
+def _scalar(node: Node, v: np.ndarray, what: str) -> int:
+    vals = _ints(node, v, what)
+    if len(vals) != 1:
+        raise ModelError(f"{node}: {what} must hold one value, has {len(vals)}")
+    return vals[0]
+
+
+def _axis(node: Node, axis: int, rank: int, what: str = "axis") -> int:
+    if not -rank <= axis < rank:
+        raise ModelError(f"{node}: {what} {axis} is out of range for rank {rank}")
+    return axis + rank if axis < 0 else axis
+
+
+def _size(shape: Shape) -> int:
+    return int(np.prod(shape, dtype=np.int64))
+
+
+def _contiguous(arrays: list[np.ndarray]) -> list[np.ndarray]:
+    """Slices come out as strided views; kernels downstream expect C-contiguous arrays."""
+    return [np.ascontiguousarray(a) for a in arrays]
+
+
+def _outputs(node: Node, low: int, high: int | None = None) -> None:
+    high = low if high is None else high
+    if not low <= len(node.outputs) <= high:
+        raise ModelError(f"{node}: expects {low if low == high else f'{low} to {high}'} outputs, "
+                         f"has {len(node.outputs)}")
+
+
+# -- reshaping ----------------------------------------------------------------------------------------------
+
+def _reshape_spec(node: Node, graph: Graph, inputs) -> list[int] | None:
+    """The requested shape, possibly with one -1. Like TFLite, a 1-D shape tensor wins over the option."""
+    if len(node.inputs) == 2 and node.inputs[1] >= 0 and len(graph.tensors[node.inputs[1]].shape) == 1:
+        v = _value(node, graph, inputs, 1)
+        return None if v is None else _ints(node, v, "shape")
+    if "new_shape" in node.attrs:
+        spec = list(node.attrs["new_shape"])
+        return [] if spec == [0] else spec  # legacy converters wrote [0] for a scalar
+    return None
+
+
+def _resolve_shape(node: Node, spec: list[int], count: int) -> Shape:
+    unknown = [i for i, d in enumerate(spec) if d == -1]
+    if len(unknown) > 1 or any(d < -1 for d in spec):
+        raise ModelError(f"{node}: new shape {spec} may hold one -1 and otherwise sizes >= 0")
+    known = _size(tuple(d for d in spec if d != -1))
+    out = list(spec)
+    if unknown:
+        if known == 0 or count % known:
+            raise ModelError(f"{node}: cannot reshape {count} elements to {spec}")
+        out[unknown[0]] = count // known
+    if _size(tuple(out)) != count:
+        raise ModelError(f"{node}: cannot reshape {count} elements to {spec}")
+    return tuple(out)
+
+
+@register
+class Reshape(Op):
+    name = "RESHAPE"
+
+    @staticmethod
+    def check(node, graph):
+        input_count(node, 1, 2)
+        _outputs(node, 1)
+
+    @staticmethod
+    def infer(node, graph, shapes):
+        spec = _reshape_spec(node, graph, None)
+        if spec is None:
+            return _declared(node, graph)
+        return [_resolve_shape(node, spec, _size(shapes[0]))]
+
+    @staticmethod
+    def run_cpu(node, graph, inputs):
+        x = inputs[0]
+        spec = _reshape_spec(node, graph, inputs)
+        shape = graph.tensors[node.outputs[0]].shape if spec is None else _resolve_shape(node, spec, x.size)
+        return [x.reshape(shape)]
+
+
+def _squeeze_axes(node: Node, shape: Shape) -> tuple[int, ...]:
+    dims = node.attrs.get("squeeze_dims") or []
+    if not dims:
+        return tuple(i for i, d in enumerate(shape) if d == 1)
+    axes = tuple(sorted({_axis(node, a, len(shape), "squeeze dimension") for a in dims}))
+    for a in axes:
+        if shape[a] != 1:
+            raise ModelError(f"{node}: cannot squeeze dimension {a} of shape {list(shape)}: "
+                             "its size is not 1")
+    return axes
+
+
+@register
+class Squeeze(Op):
+    name = "SQUEEZE"
+
+    @staticmethod
+    def check(node, graph):
+        input_count(node, 1)
+        _outputs(node, 1)
+
+    @staticmethod
+    def infer(node, graph, shapes):
+        axes = _squeeze_axes(node, shapes[0])
+        return [tuple(d for i, d in enumerate(shapes[0]) if i not in axes)]
+
+    @staticmethod
+    def run_cpu(node, graph, inputs):
+        return [np.squeeze(inputs[0], _squeeze_axes(node, inputs[0].shape))]
+
+
+def _expand_axis(node: Node, graph: Graph, inputs, rank: int) -> int | None:
+    v = _value(node, graph, inputs, 1)
+    if v is None:
+        return None
+    axis = _scalar(node, v, "axis")
+    if not -rank - 1 <= axis <= rank:
+        raise ModelError(f"{node}: axis {axis} is out of range for a rank {rank} input")
+    return axis + rank + 1 if axis < 0 else axis
+
+
+@register
+class ExpandDims(Op):
+    name = "EXPAND_DIMS"
+
+    @staticmethod
+    def check(node, graph):
+        input_count(node, 2)
+        _outputs(node, 1)
+
+    @staticmethod
+    def infer(node, graph, shapes):
+        axis = _expand_axis(node, graph, None, len(shapes[0]))
+        if axis is None:
+            return _declared(node, graph)
+        return [shapes[0][:axis] + (1,) + shapes[0][axis:]]
+
+    @staticmethod
+    def run_cpu(node, graph, inputs):
+        return [np.expand_dims(inputs[0], _expand_axis(node, graph, inputs, inputs[0].ndim))]
+
+
+# -- joining and splitting ----------------------------------------------------------------------------------
+
+def _concat_shape(node: Node, shapes: list[Shape]) -> tuple[int, Shape]:
+    rank = len(shapes[0])
+    axis = _axis(node, int(node.attrs.get("axis", 0)), rank)
+    for s in shapes[1:]:
+        if len(s) != rank or any(a != b for i, (a, b) in enumerate(zip(s, shapes[0])) if i != axis):
+            raise ModelError(f"{node}: input shapes {[list(x) for x in shapes]} do not match "
+                             f"outside axis {axis}")
+    out = list(shapes[0])
+    out[axis] = sum(s[axis] for s in shapes)
+    return axis, tuple(out)
+
+
+@register
+class Concatenation(Op):
+    name = "CONCATENATION"
+
+    @staticmethod
+    def check(node, graph):
+        if not node.inputs:
+            raise ModelError(f"{node}: needs at least one input")
+        _outputs(node, 1)
+        if any(t < 0 for t in node.inputs):
+            raise ModelError(f"{node}: an input is omitted")
+        act = int(node.attrs.get("fused_activation_function", ACT_NONE))
+        if not ACT_NONE <= act < ACT_SIGN_BIT:
+            raise ModelError(f"{node}: unsupported fused activation {act}")
+
+    @staticmethod
+    def infer(node, graph, shapes):
+        return [_concat_shape(node, shapes)[1]]
+
+    @staticmethod
+    def run_cpu(node, graph, inputs):
+        axis, _ = _concat_shape(node, [x.shape for x in inputs])
+        act = int(node.attrs.get("fused_activation_function", ACT_NONE))
+        out = graph.tensors[node.outputs[0]]
+        if out.dtype.kind == "f":
+            return [apply_activation(np.concatenate(inputs, axis).astype(out.dtype, copy=False), act)]
+        if out.quant is None or out.dtype not in (np.int8, np.uint8, np.int16):
+            return [np.concatenate(inputs, axis)]
+        oscale, ozp = out.quant.scalar()
+        parts = []
+        for t, x in zip(node.inputs, inputs):
+            q = graph.tensors[t].quant
+            if q is not None and q.scalar() != (oscale, ozp):
+                x = k.requantize_copy(x.astype(out.dtype, copy=False), *q.scalar(), oscale, ozp)
+            parts.append(x)
+        y = np.concatenate(parts, axis).astype(out.dtype, copy=False)
+        if act != ACT_NONE:
+            lo, hi = activation_range(act, oscale, ozp, out.dtype)
+            y = np.clip(y, lo, hi)
+        return [y]
+
+
+@register
+class Pack(Op):
+    name = "PACK"
+
+    @staticmethod
+    def check(node, graph):
+        if not node.inputs or any(t < 0 for t in node.inputs):
+            raise ModelError(f"{node}: needs at least one input and none omitted")
+        _outputs(node, 1)
+        count = int(node.attrs.get("values_count", len(node.inputs)))
+        if count != len(node.inputs):
+            raise ModelError(f"{node}: values_count {count} but {len(node.inputs)} inputs")
+
+    @staticmethod
+    def infer(node, graph, shapes):
+        if any(s != shapes[0] for s in shapes):
+            raise ModelError(f"{node}: inputs have different shapes {[list(s) for s in shapes]}")
+        axis = _axis(node, int(node.attrs.get("axis", 0)), len(shapes[0]) + 1)
+        return [shapes[0][:axis] + (len(shapes),) + shapes[0][axis:]]
+
+    @staticmethod
+    def run_cpu(node, graph, inputs):
+        Pack.infer(node, graph, [x.shape for x in inputs])
+        return [np.stack(inputs, _axis(node, int(node.attrs.get("axis", 0)), inputs[0].ndim + 1))]
+
+
+@register
+class Unpack(Op):
+    name = "UNPACK"
+
+    @staticmethod
+    def check(node, graph):
+        input_count(node, 1)
+        num = int(node.attrs.get("num", len(node.outputs)))
+        if num != len(node.outputs):
+            raise ModelError(f"{node}: num {num} but {len(node.outputs)} outputs")
+
+    @staticmethod
+    def infer(node, graph, shapes):
+        s = shapes[0]
+        axis = _axis(node, int(node.attrs.get("axis", 0)), len(s))
+        if s[axis] != len(node.outputs):
+            raise ModelError(f"{node}: dimension {axis} of shape {list(s)} is not {len(node.outputs)}")
+        return [s[:axis] + s[axis + 1:]] * len(node.outputs)
+
+    @staticmethod
+    def run_cpu(node, graph, inputs):
+        x = inputs[0]
+        Unpack.infer(node, graph, [x.shape])
+        axis = _axis(node, int(node.attrs.get("axis", 0)), x.ndim)
+        return _contiguous(list(np.moveaxis(x, axis, 0)))
+
+
+def _split_sizes(node: Node, dim: int, sizes: list[int]) -> list[int]:
+    unknown = [i for i, s in enumerate(sizes) if s == -1]
+    if len(unknown) > 1 or any(s < -1 for s in sizes):
+        raise ModelError(f"{node}: split sizes {sizes} may hold one -1 and otherwise sizes >= 0")
+    if unknown:
+        sizes = list(sizes)
+        sizes[unknown[0]] = dim - sum(s for s in sizes if s != -1)
+    if sum(sizes) != dim or min(sizes, default=0) < 0:
+        raise ModelError(f"{node}: split sizes {sizes} do not add up to the dimension's size {dim}")
+    return sizes
+
+
+def _split(x_shape: Shape, axis: int, sizes: list[int]) -> list[Shape]:
+    return [x_shape[:axis] + (s,) + x_shape[axis + 1:] for s in sizes]
+
+
+@register
+class Split(Op):
+    name = "SPLIT"
+
+    @staticmethod
+    def check(node, graph):
+        input_count(node, 2)
+        n = int(node.attrs.get("num_splits", len(node.outputs)))
+        if n != len(node.outputs) or n < 1:
+            raise ModelError(f"{node}: num_splits {n} but {len(node.outputs)} outputs")
+
+    @staticmethod
+    def _plan(node: Node, graph: Graph, inputs, shape: Shape) -> tuple[int, list[int]] | None:
+        v = _value(node, graph, inputs, 0)
+        if v is None:
+            return None
+        axis = _axis(node, _scalar(node, v, "axis"), len(shape))
+        n = len(node.outputs)
+        if shape[axis] % n:
+            raise ModelError(f"{node}: dimension {axis} of shape {list(shape)} does not split into {n} parts")
+        return axis, [shape[axis] // n] * n
+
+    @staticmethod
+    def infer(node, graph, shapes):
+        plan = Split._plan(node, graph, None, shapes[1])
+        return _declared(node, graph) if plan is None else _split(shapes[1], *plan)
+
+    @staticmethod
+    def run_cpu(node, graph, inputs):
+        axis, sizes = Split._plan(node, graph, inputs, inputs[1].shape)
+        return _contiguous(np.split(inputs[1], np.cumsum(sizes)[:-1], axis))
+
+
+@register
+class SplitV(Op):
+    name = "SPLIT_V"
+
+    @staticmethod
+    def check(node, graph):
+        input_count(node, 3)
+        n = int(node.attrs.get("num_splits", len(node.outputs)))
+        if n != len(node.outputs) or n < 1:
+            raise ModelError(f"{node}: num_splits {n} but {len(node.outputs)} outputs")
+
+    @staticmethod
+    def _plan(node: Node, graph: Graph, inputs, shape: Shape) -> tuple[int, list[int]] | None:
+        sv, av = _value(node, graph, inputs, 1), _value(node, graph, inputs, 2)
+        if sv is None or av is None:
+            return None
+        axis = _axis(node, _scalar(node, av, "axis"), len(shape))
+        sizes = _ints(node, sv, "size_splits")
+        if len(sizes) != len(node.outputs):
+            raise ModelError(f"{node}: {len(sizes)} split sizes but {len(node.outputs)} outputs")
+        return axis, _split_sizes(node, shape[axis], sizes)
+
+    @staticmethod
+    def infer(node, graph, shapes):
+        plan = SplitV._plan(node, graph, None, shapes[0])
+        return _declared(node, graph) if plan is None else _split(shapes[0], *plan)
+
+    @staticmethod
+    def run_cpu(node, graph, inputs):
+        axis, sizes = SplitV._plan(node, graph, inputs, inputs[0].shape)
+        return _contiguous(np.split(inputs[0], np.cumsum(sizes)[:-1], axis))
+
+
+# -- slicing ------------------------------------------------------------------------------------------------
+
+def _slice_plan(node: Node, graph: Graph, inputs, shape: Shape) -> tuple[list[int], list[int]] | None:
+    bv, sv = _value(node, graph, inputs, 1), _value(node, graph, inputs, 2)
+    if bv is None or sv is None:
+        return None
+    begin, size = _ints(node, bv, "begin"), _ints(node, sv, "size")
+    if len(begin) != len(shape) or len(size) != len(shape):
+        raise ModelError(f"{node}: begin {begin} and size {size} must have one entry per dimension of "
+                         f"{list(shape)}")
+    out = []
+    for b, s, d in zip(begin, size, shape):
+        s = d - b if s == -1 else s
+        if b < 0 or s < 0 or b + s > d:
+            raise ModelError(f"{node}: begin {begin} and size {size} do not fit shape {list(shape)}")
+        out.append(s)
+    return begin, out
+
+
+@register
+class Slice(Op):
+    name = "SLICE"
+
+    @staticmethod
+    def check(node, graph):
+        input_count(node, 3)
+        _outputs(node, 1)
+
+    @staticmethod
+    def infer(node, graph, shapes):
+        plan = _slice_plan(node, graph, None, shapes[0])
+        return _declared(node, graph) if plan is None else [tuple(plan[1])]
+
+    @staticmethod
+    def run_cpu(node, graph, inputs):
+        begin, size = _slice_plan(node, graph, inputs, inputs[0].shape)
+        return _contiguous([inputs[0][tuple(slice(b, b + s) for b, s in zip(begin, size))]])
+
+
+def _strided_plan(node: Node, shape: Shape, begin: list[int], end: list[int], strides: list[int]):
+    """TFLite's BuildStridedSliceParams + StridedSlice{Start,End}ForAxis.
+
+    Returns (effective input shape with the new axes inserted, one index per effective dimension: an int
+    for a shrunk axis, a slice otherwise)."""
+    a = node.attrs
+    begin_mask, end_mask = int(a.get("begin_mask", 0)), int(a.get("end_mask", 0))
+    ellipsis_mask, new_axis_mask = int(a.get("ellipsis_mask", 0)), int(a.get("new_axis_mask", 0))
+    shrink_mask, offset = int(a.get("shrink_axis_mask", 0)), bool(a.get("offset", False))
+    n = len(begin)
+    if len(end) != n or len(strides) != n:
+        raise ModelError(f"{node}: begin, end and strides have {n}, {len(end)} and {len(strides)} entries")
+    if any(s == 0 for s in strides):
+        raise ModelError(f"{node}: strides {strides} contain a zero")
+    rank = len(shape)
+    num_add = sum(1 for i in range(n) if not ellipsis_mask >> i & 1 and new_axis_mask >> i & 1)
+    dims = rank + num_add
+    if n > dims:
+        raise ModelError(f"{node}: {n} slice entries for a rank {rank} input")
+
+    # Where the ellipsis sits once expanded, and which effective dimensions are new axes.
+    eff_ellipsis = eff_new = 0
+    ellipsis_start, expanded = dims, 0
+    i = 0
+    while i < dims:
+        if ellipsis_mask >> i & 1:
+            ellipsis_start = i
+            stop = max(i + 1, min(i + 1 + num_add + rank - n, dims))
+            expanded = stop - ellipsis_start - 1
+            while i < stop:
+                eff_ellipsis |= 1 << i
+                i += 1
+            continue
+        if new_axis_mask >> (i - expanded) & 1:
+            eff_new |= 1 << i
+        i += 1
+
+    eff_shape, index = [], []
+    added_ellipsis = added_axes = 0
+    for i in range(dims):
+        if eff_ellipsis >> i & 1:
+            added_ellipsis = max(0, i - ellipsis_start)
+            eff_shape.append(shape[i - added_axes])
+            index.append(slice(None))
+            continue
+        if eff_new >> i & 1:
+            eff_shape.append(1)
+            index.append(slice(None))
+            added_axes += 1
+            continue
+        size = shape[i - added_axes]
+        eff_shape.append(size)
+        if i >= n + expanded:
+            index.append(slice(None))
+            continue
+        j = i - added_ellipsis
+        stride = strides[j]
+        start = begin[j] + size if begin[j] < 0 else begin[j]
+        start = min(max(start, 0), size) if stride > 0 else min(max(start, -1), size - 1)
+        if begin_mask >> j & 1:
+            start = 0 if stride > 0 else size - 1
+        if shrink_mask >> j & 1:
+            if not 0 <= start < size:
+                raise ModelError(f"{node}: index {begin[j]} of shrunk axis {i} is out of range "
+                                 f"for size {size}")
+            index.append(start)
+            continue
+        stop = end[j] + start if offset else end[j]
+        stop = stop + size if stop < 0 else stop
+        stop = min(max(stop, 0), size) if stride > 0 else min(max(stop, -1), size - 1)
+        if end_mask >> j & 1:
+            stop = size if stride > 0 else -1
+        count = len(range(start, stop, stride))
+        if count == 0:
+            index.append(slice(0, 0))
+        else:
+            last = start + (count - 1) * stride
+            index.append(slice(start, last + 1 if stride > 0 else (last - 1 if last > 0 else None), stride))
+    return tuple(eff_shape), tuple(index)
+
+
+def _strided_args(node: Node, graph: Graph, inputs) -> tuple[list[int], list[int], list[int]] | None:
+    vals = [_value(node, graph, inputs, i) for i in (1, 2, 3)]
+    if any(v is None for v in vals):
+        return None
+    return tuple(_ints(node, v, what) for v, what in zip(vals, ("begin", "end", "strides")))
+
+
+@register
+class StridedSlice(Op):
+    name = "STRIDED_SLICE"
+
+    @staticmethod
+    def check(node, graph):
+        input_count(node, 4)
+        _outputs(node, 1)
+
+    @staticmethod
+    def infer(node, graph, shapes):
+        args = _strided_args(node, graph, None)
+        if args is None:
+            return _declared(node, graph)
+        eff_shape, index = _strided_plan(node, shapes[0], *args)
+        return [tuple(len(range(*ix.indices(d))) for d, ix in zip(eff_shape, index) if isinstance(ix, slice))]
+
+    @staticmethod
+    def run_cpu(node, graph, inputs):
+        eff_shape, index = _strided_plan(node, inputs[0].shape, *_strided_args(node, graph, inputs))
+        return _contiguous([inputs[0].reshape(eff_shape)[index]])
+
+
+# -- reordering ---------------------------------------------------------------------------------------------
+
+def _perm(node: Node, graph: Graph, inputs, rank: int) -> list[int] | None:
+    v = _value(node, graph, inputs, 1)
+    if v is None:
+        return None
+    perm = _ints(node, v, "perm")
+    if sorted(perm) != list(range(rank)):
+        raise ModelError(f"{node}: perm {perm} is not a permutation of the {rank} input dimensions")
+    return perm
+
+
+@register
+class Transpose(Op):
+    name = "TRANSPOSE"
+
+    @staticmethod
+    def check(node, graph):
+        input_count(node, 2)
+        _outputs(node, 1)
+
+    @staticmethod
+    def infer(node, graph, shapes):
+        perm = _perm(node, graph, None, len(shapes[0]))
+        return _declared(node, graph) if perm is None else [tuple(shapes[0][p] for p in perm)]
+
+    @staticmethod
+    def run_cpu(node, graph, inputs):
+        return [np.ascontiguousarray(inputs[0].transpose(_perm(node, graph, inputs, inputs[0].ndim)))]
+
+
+def _multiples(node: Node, graph: Graph, inputs, rank: int) -> list[int] | None:
+    v = _value(node, graph, inputs, 1)
+    if v is None:
+        return None
+    m = _ints(node, v, "multiples")
+    if len(m) != rank or any(x < 0 for x in m):
+        raise ModelError(f"{node}: multiples {m} must hold {rank} values >= 0")
+    return m
+
+
+@register
+class Tile(Op):
+    name = "TILE"
+
+    @staticmethod
+    def check(node, graph):
+        input_count(node, 2)
+        _outputs(node, 1)
+
+    @staticmethod
+    def infer(node, graph, shapes):
+        m = _multiples(node, graph, None, len(shapes[0]))
+        return _declared(node, graph) if m is None else [tuple(d * r for d, r in zip(shapes[0], m))]
+
+    @staticmethod
+    def run_cpu(node, graph, inputs):
+        return [np.tile(inputs[0], _multiples(node, graph, inputs, inputs[0].ndim))]
+
+
+def _gather_axes(node: Node, params: Shape, indices: Shape) -> tuple[int, int]:
+    axis = _axis(node, int(node.attrs.get("axis", 0)), len(params))
+    batch_dims = int(node.attrs.get("batch_dims", 0))
+    if batch_dims < 0:
+        batch_dims += len(indices)
+    if not 0 <= batch_dims <= min(axis, len(indices)):
+        raise ModelError(f"{node}: batch_dims {node.attrs.get('batch_dims')} must lie in [0, axis {axis}] "
+                         f"and not exceed the indices' rank {len(indices)}")
+    if params[:batch_dims] != indices[:batch_dims]:
+        raise ModelError(f"{node}: the first {batch_dims} dimensions of params {list(params)} and indices "
+                         f"{list(indices)} differ")
+    return axis, batch_dims
+
+
+@register
+class Gather(Op):
+    name = "GATHER"
+
+    @staticmethod
+    def check(node, graph):
+        input_count(node, 2)
+        _outputs(node, 1)
+        if node.inputs[1] < 0 or graph.tensors[node.inputs[1]].dtype.kind not in "iu":
+            raise ModelError(f"{node}: indices must be an integer tensor")
+
+    @staticmethod
+    def infer(node, graph, shapes):
+        p, i = shapes
+        axis, bd = _gather_axes(node, p, i)
+        return [p[:axis] + i[bd:] + p[axis + 1:]]
+
+    @staticmethod
+    def run_cpu(node, graph, inputs):
+        params, indices = inputs
+        axis, bd = _gather_axes(node, params.shape, indices.shape)
+        if indices.size and (indices.min() < 0 or indices.max() >= params.shape[axis]):
+            raise ModelError(f"{node}: gather index out of bounds: indices span [{indices.min()}, "
+                             f"{indices.max()}] for a dimension of size {params.shape[axis]}")
+        return [k.gather(params, indices, axis, bd)]
+
+
+@register
+class OneHot(Op):
+    name = "ONE_HOT"
+
+    @staticmethod
+    def check(node, graph):
+        input_count(node, 4)
+        _outputs(node, 1)
+
+    @staticmethod
+    def _plan(node: Node, graph: Graph, inputs, rank: int) -> tuple[int, int] | None:
+        v = _value(node, graph, inputs, 1)
+        if v is None:
+            return None
+        depth = _scalar(node, v, "depth")
+        if depth < 0:
+            raise ModelError(f"{node}: depth {depth} is negative")
+        axis = int(node.attrs.get("axis", -1))
+        if not -1 <= axis <= rank:
+            raise ModelError(f"{node}: axis {axis} is out of range for rank {rank} indices")
+        return depth, rank if axis == -1 else axis
+
+    @staticmethod
+    def infer(node, graph, shapes):
+        plan = OneHot._plan(node, graph, None, len(shapes[0]))
+        if plan is None:
+            return _declared(node, graph)
+        depth, axis = plan
+        return [shapes[0][:axis] + (depth,) + shapes[0][axis:]]
+
+    @staticmethod
+    def run_cpu(node, graph, inputs):
+        depth, axis = OneHot._plan(node, graph, inputs, inputs[0].ndim)
+        dtype = graph.tensors[node.outputs[0]].dtype
+        return [k.one_hot(inputs[0], depth, inputs[2].reshape(-1)[0], inputs[3].reshape(-1)[0], axis, dtype)]
+
+
+@register
+class ShapeOp(Op):
+    name = "SHAPE"
+
+    @staticmethod
+    def check(node, graph):
+        input_count(node, 1)
+        _outputs(node, 1)
+        if graph.tensors[node.outputs[0]].dtype not in (np.int32, np.int64):
+            raise ModelError(f"{node}: output type must be int32 or int64")
+
+    @staticmethod
+    def infer(node, graph, shapes):
+        return [(len(shapes[0]),)]
+
+    @staticmethod
+    def run_cpu(node, graph, inputs):
+        return [np.array(inputs[0].shape, graph.tensors[node.outputs[0]].dtype)]
+
+
+# -- padding and block rearrangement ------------------------------------------------------------------------
+
+def _paddings(node: Node, graph: Graph, inputs, rank: int) -> np.ndarray | None:
+    v = _value(node, graph, inputs, 1)
+    if v is None:
+        return None
+    pads = np.asarray(_ints(node, v, "paddings"), np.int64)
+    if pads.size != 2 * rank or pads.min(initial=0) < 0:
+        raise ModelError(f"{node}: paddings must be a [{rank}, 2] tensor of values >= 0, got "
+                         f"{pads.tolist()}")
+    return pads.reshape(rank, 2)
+
+
+def _padded(shape: Shape, pads: np.ndarray) -> Shape:
+    return tuple(d + int(p.sum()) for d, p in zip(shape, pads))
+
+
+@register
+class Pad(Op):
+    name = "PAD"
+    aliases = ("PADV2",)
+
+    @staticmethod
+    def check(node, graph):
+        input_count(node, 2, 3 if node.op == "PADV2" else 2)
+        _outputs(node, 1)
+
+    @staticmethod
+    def infer(node, graph, shapes):
+        pads = _paddings(node, graph, None, len(shapes[0]))
+        return _declared(node, graph) if pads is None else [_padded(shapes[0], pads)]
+
+    @staticmethod
+    def run_cpu(node, graph, inputs):
+        x = inputs[0]
+        pads = _paddings(node, graph, inputs, x.ndim)
+        out = graph.tensors[node.outputs[0]]
+        if len(inputs) > 2 and inputs[2] is not None:
+            value = inputs[2].reshape(-1)[0]
+        elif out.quant is not None and out.dtype.kind in "iu":
+            value = out.quant.scalar()[1]  # quantized zero
+        else:
+            value = 0
+        return [np.pad(x, pads, constant_values=np.asarray(value).astype(x.dtype))]
+
+
+@register
+class MirrorPad(Op):
+    name = "MIRROR_PAD"
+
+    @staticmethod
+    def check(node, graph):
+        input_count(node, 2)
+        _outputs(node, 1)
+        if int(node.attrs.get("mode", 0)) not in (0, 1):
+            raise ModelError(f"{node}: unknown mode {node.attrs.get('mode')} (0 REFLECT, 1 SYMMETRIC)")
+
+    @staticmethod
+    def _pads(node: Node, graph: Graph, inputs, shape: Shape) -> np.ndarray | None:
+        pads = _paddings(node, graph, inputs, len(shape))
+        if pads is not None:
+            offset = 1 if int(node.attrs.get("mode", 0)) == 0 else 0
+            for d, (a, b) in zip(shape, pads):
+                if max(a, b) > d - offset:
+                    raise ModelError(f"{node}: paddings {pads.tolist()} exceed what shape "
+                                     f"{list(shape)} can mirror")
+        return pads
+
+    @staticmethod
+    def infer(node, graph, shapes):
+        pads = MirrorPad._pads(node, graph, None, shapes[0])
+        return _declared(node, graph) if pads is None else [_padded(shapes[0], pads)]
+
+    @staticmethod
+    def run_cpu(node, graph, inputs):
+        pads = MirrorPad._pads(node, graph, inputs, inputs[0].shape)
+        return [k.mirror_pad(inputs[0], pads, 1 if int(node.attrs.get("mode", 0)) == 0 else 0)]
+
+
+def _block(node: Node, shape: Shape) -> int:
+    bs = int(node.attrs.get("block_size", 0))
+    if bs < 1:
+        raise ModelError(f"{node}: block_size {bs} must be >= 1")
+    if len(shape) != 4:
+        raise ModelError(f"{node}: input must be 4-D NHWC, got shape {list(shape)}")
+    return bs
+
+
+@register
+class DepthToSpace(Op):
+    name = "DEPTH_TO_SPACE"
+
+    @staticmethod
+    def check(node, graph):
+        input_count(node, 1)
+        _outputs(node, 1)
+
+    @staticmethod
+    def infer(node, graph, shapes):
+        bs = _block(node, shapes[0])
+        b, h, w, c = shapes[0]
+        if c % (bs * bs):
+            raise ModelError(f"{node}: depth {c} is not a multiple of block_size² {bs * bs}")
+        return [(b, h * bs, w * bs, c // (bs * bs))]
+
+    @staticmethod
+    def run_cpu(node, graph, inputs):
+        DepthToSpace.infer(node, graph, [inputs[0].shape])
+        return [k.depth_to_space(inputs[0], _block(node, inputs[0].shape))]
+
+
+@register
+class SpaceToDepth(Op):
+    name = "SPACE_TO_DEPTH"
+
+    @staticmethod
+    def check(node, graph):
+        input_count(node, 1)
+        _outputs(node, 1)
+
+    @staticmethod
+    def infer(node, graph, shapes):
+        bs = _block(node, shapes[0])
+        b, h, w, c = shapes[0]
+        if h % bs or w % bs:
+            raise ModelError(f"{node}: height {h} and width {w} must be multiples of block_size {bs}")
+        return [(b, h // bs, w // bs, c * bs * bs)]
+
+    @staticmethod
+    def run_cpu(node, graph, inputs):
+        SpaceToDepth.infer(node, graph, [inputs[0].shape])
+        return [k.space_to_depth(inputs[0], _block(node, inputs[0].shape))]

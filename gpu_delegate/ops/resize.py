@@ -1,0 +1,95 @@
+"""RESIZE_BILINEAR and RESIZE_NEAREST_NEIGHBOR: NHWC input, the new [height, width] in input 1.
+
+Quantized tensors are resized on their integers: TFLite requires input and output to share one
+quantization, so no rescaling is involved.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..cpu import resize as k
+from ..errors import ModelError
+from ..graph import Graph, Node
+from .base import Op, input_count, register
+
+_TYPES = (np.float32, np.int8, np.uint8, np.int16)
+
+
+def _size(node: Node, graph: Graph, inputs) -> tuple[int, int] | None:
+    if inputs is not None:
+        v = inputs[1]
+    else:
+        v = graph.tensors[node.inputs[1]].data
+        if v is None:
+            return None
+    if v.dtype.kind not in "iu" or v.size != 2:
+        raise ModelError(f"{node}: size must be an int32 tensor holding [new_height, new_width], got "
+                         f"{v.dtype} of shape {list(v.shape)}")
+    h, w = (int(d) for d in v.reshape(-1))
+    if h < 1 or w < 1:
+        raise ModelError(f"{node}: output size {[h, w]} must be positive")
+    return h, w
+
+
+def _check(node: Node, graph: Graph) -> None:
+    input_count(node, 2)
+    if len(node.outputs) != 1:
+        raise ModelError(f"{node}: expects 1 output, has {len(node.outputs)}")
+    if node.inputs[1] < 0:
+        raise ModelError(f"{node}: the size input is omitted")
+    x = graph.tensors[node.inputs[0]]
+    if x.dtype not in _TYPES:
+        raise ModelError(f"{node}: input type {x.type_name or x.dtype} is not supported "
+                         "(float32, int8, uint8, int16)")
+
+
+def _infer(node: Node, graph: Graph, shapes) -> list[tuple[int, ...]]:
+    if len(shapes[0]) != 4:
+        raise ModelError(f"{node}: input must be 4-D NHWC, got shape {list(shapes[0])}")
+    size = _size(node, graph, None)
+    if size is None:
+        return [graph.tensors[node.outputs[0]].shape]
+    return [(shapes[0][0], *size, shapes[0][3])]
+
+
+def _flags(node: Node) -> tuple[bool, bool]:
+    return bool(node.attrs.get("align_corners", False)), bool(node.attrs.get("half_pixel_centers", False))
+
+
+@register
+class ResizeBilinear(Op):
+    name = "RESIZE_BILINEAR"
+
+    @staticmethod
+    def check(node, graph):
+        _check(node, graph)
+        if all(_flags(node)):  # TFLite's kernel refuses this combination too
+            raise ModelError(f"{node}: align_corners and half_pixel_centers cannot both be true")
+
+    @staticmethod
+    def infer(node, graph, shapes):
+        return _infer(node, graph, shapes)
+
+    @staticmethod
+    def run_cpu(node, graph, inputs):
+        _infer(node, graph, [inputs[0].shape])
+        return [k.resize_bilinear(inputs[0], *_size(node, graph, inputs), *_flags(node))]
+
+
+@register
+class ResizeNearestNeighbor(Op):
+    name = "RESIZE_NEAREST_NEIGHBOR"
+
+    @staticmethod
+    def check(node, graph):
+        _check(node, graph)
+
+    @staticmethod
+    def infer(node, graph, shapes):
+        return _infer(node, graph, shapes)
+
+    @staticmethod
+    def run_cpu(node, graph, inputs):
+        _infer(node, graph, [inputs[0].shape])
+        return [k.resize_nearest(inputs[0], *_size(node, graph, inputs), *_flags(node))]

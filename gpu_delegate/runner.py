@@ -1,0 +1,180 @@
+"""Run a plan on a backend: compile its kernels, allocate its buffers, upload its constants once, and
+then, every invoke, upload the inputs, dispatch the kernels in order and download the outputs."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+
+import numpy as np
+
+from .backends.base import device_fingerprint
+from .backends.codegen import Arg, KernelSpec, load_kernel
+from .cache import fingerprint, partition_parts
+from .errors import DelegateError
+from .lowering import build_plan
+from .lowering.plan import KernelCall, Plan, PostOp
+
+log = logging.getLogger("gpu_delegate")
+
+
+FAKE_QUANT = """FLT4 fake_quant(FLT4 v, float scale, float zp, float qmin, float qmax) {
+  FLT4 q = clamp(ROUND(v / SPLAT(scale)) + SPLAT(zp), SPLAT(qmin), SPLAT(qmax));
+  return (q - SPLAT(zp)) * SPLAT(scale);
+}
+"""
+
+
+def postop_helpers(postops: list[PostOp], dst_channels: int) -> str:
+    """``FLT4 postop(FLT4 v, int i)``: the fused chain applied to a result at linear PHWC4 index i."""
+    lines = [FAKE_QUANT] if any("fake_quant" in p.code for p in postops) else []
+    lines += ["FLT4 postop(FLT4 v, int i BUFS_DECL) {", "  int s = (i / (dst_H * dst_W)) % dst_S;"]
+    for k, p in enumerate(postops):
+        if p.operand is None:
+            lines.append(f"  {p.code}")
+        else:
+            index = {"tensor": "i", "channel": "s", "scalar": "0"}[p.operand]
+            lines.append(f"  {{ FLT4 o = p{k}_read({index}); {p.code} }}")
+    lines.append("  return ZERO_PAD(v, s, dst_C);" if dst_channels % 4 else "  return v;")
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def kernel_spec(call: KernelCall, plan: Plan, precision: str) -> tuple[KernelSpec, list[tuple[str, int | str]]]:
+    """The KernelSpec of a call and, in argument order, what each argument binds: ("t", tensor) or
+    ("c", const key)."""
+    file_helpers, body = load_kernel(call.kernel)
+    helpers = call.helpers + file_helpers
+    args: list[Arg] = []
+    binds: list[tuple[str, int | str]] = []
+    for name, t in call.inputs.items():
+        args.append(Arg(name, "in", plan.tensors[t]))
+        binds.append(("t", t))
+    for name, t in call.outputs.items():
+        args.append(Arg(name, "out", plan.tensors[t]))
+        binds.append(("t", t))
+    for name, key in call.consts.items():
+        args.append(Arg(name, "const"))
+        binds.append(("c", key))
+    for k, p in enumerate(call.postops):
+        if p.operand is None:
+            continue
+        if isinstance(p.source, str):
+            args.append(Arg(f"p{k}", "const"))
+            binds.append(("c", p.source))
+        else:
+            args.append(Arg(f"p{k}", "in", plan.tensors[p.source]))
+            binds.append(("t", p.source))
+    postop_arg = None
+    if call.postops:
+        helpers = helpers + postop_helpers(call.postops, plan.tensors[call.outputs["dst"]][3])
+        postop_arg = "dst"
+    spec = KernelSpec(call.kernel, body, args, call.grid, dict(call.defines), helpers=helpers,
+                      precision=precision, local_size=call.local_size, postop_arg=postop_arg)
+    return spec, binds
+
+
+class PlanRunner:
+    def __init__(self, backend, plan: Plan, precision: str):
+        self.backend = backend
+        self.plan = plan
+        self.precision = precision
+        self.timings: dict[str, float] = {}
+
+    @classmethod
+    def create(cls, delegate, graph, nodes, inputs, outputs, shapes) -> PlanRunner:
+        """Build (or load from the serialization cache), compile and allocate the plan of a partition."""
+        from . import __version__
+
+        backend = delegate.backend
+        precision = "fp16" if delegate.precision_loss_allowed else "fp32"
+        quantized = delegate.enable_quantized_inference
+        t0 = time.perf_counter()
+        cache, path, cached = delegate.cache, None, None
+        device = device_fingerprint(backend.device_info())
+        if cache is not None:
+            fp = fingerprint([__version__, backend.name, device, precision, quantized,
+                              *partition_parts(graph, nodes, shapes)])
+            path = cache.path(fp, graph.model_digest)
+            cached = cache.load(path, device)
+        if cached is not None:
+            plan, binaries = cached
+        else:
+            device_type = backend.device_info().get("device_type", "gpu")
+            plan = build_plan(graph, nodes, inputs, outputs, shapes, quantized=quantized, device_type=device_type)
+            binaries = {}
+        runner = cls(backend, plan, precision)
+        runner.timings["plan_s"] = time.perf_counter() - t0
+        compiled_any = runner.compile(binaries)
+        runner.allocate()
+        if cache is not None and (cached is None or compiled_any):
+            cache.store(path, device, backend.name, plan, runner.binaries())
+        return runner
+
+    def compile(self, binaries: dict[str, bytes]) -> bool:
+        """Compile every kernel, loading from ``binaries`` (source digest -> program binary) where one
+        matches; True if anything had to be compiled from source."""
+        t0 = time.perf_counter()
+        self.programs = []
+        self.binds = []
+        self.by_digest: dict[str, object] = {}
+        compiled_any = False
+        for call in self.plan.kernels:
+            spec, binds = kernel_spec(call, self.plan, self.precision)
+            digest = hashlib.sha256(self.backend.source(spec, self.backend.local_size(spec)).encode()).hexdigest()
+            program = self.by_digest.get(digest)
+            if program is None:
+                program = None
+                if digest in binaries:
+                    try:
+                        program = self.backend.compile(spec, binary=binaries[digest])
+                    except DelegateError as e:
+                        log.warning("cached program for %s not usable (%s); compiling it", call.label, e)
+                if program is None:
+                    program = self.backend.compile(spec)
+                    compiled_any = True
+                self.by_digest[digest] = program
+            self.programs.append(program)
+            self.binds.append(binds)
+        self.timings["compile_s"] = time.perf_counter() - t0
+        return compiled_any
+
+    def binaries(self) -> dict[str, bytes]:
+        out = {}
+        for digest, program in self.by_digest.items():
+            try:
+                out[digest] = self.backend.program_binary(program)
+            except (DelegateError, NotImplementedError) as e:
+                log.debug("no program binary for %s: %s", program, e)
+        return out
+
+    def allocate(self) -> None:
+        backend, plan = self.backend, self.plan
+        self.buffers = [backend.alloc(n, self.precision) for n in plan.buffer_sizes]
+        self.const_buffers = {}
+        for key, rows in plan.consts.items():
+            buf = backend.alloc(rows.shape[0], self.precision)
+            backend.upload(buf, rows)
+            self.const_buffers[key] = buf
+        self.calls = []
+        for program, binds in zip(self.programs, self.binds):
+            bufs = [self.const_buffers[ref] if kind == "c" else self.buffers[plan.buffer_of[plan.storage(ref)]]
+                    for kind, ref in binds]
+            self.calls.append((program, bufs))
+
+    def tensor_buffer(self, t: int):
+        return self.buffers[self.plan.buffer_of[self.plan.storage(t)]]
+
+    def run(self, feeds: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
+        plan, backend = self.plan, self.backend
+        for t in plan.inputs:
+            backend.to_device(feeds[t], self.tensor_buffer(t), plan.tensors[t])
+        backend.dispatch_all(self.calls)
+        return {t: backend.from_device(self.tensor_buffer(t), plan.tensors[t]) for t in plan.outputs}
+
+    def close(self) -> None:
+        for buf in [*self.buffers, *self.const_buffers.values()]:
+            self.backend.free(buf)
+        self.buffers, self.const_buffers, self.calls = [], {}, []
+
