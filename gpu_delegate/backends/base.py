@@ -1,0 +1,377 @@
+"""What the OpenCL and OpenGL backends share: buffers, programs, the work-group rule, program-binary
+envelopes, BHWC <-> PHWC4 conversion on the device, and the public methods built on a handful of
+per-API primitives (``_build``, ``_alloc``, ``_write``, ``_read``, ``_launch``, ...)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import numpy as np
+
+from ..errors import DelegateError
+from . import codegen
+from .codegen import Arg, KernelSpec
+
+T = TypeVar("T")
+_STORAGE = {"fp32": np.dtype(np.float32), "fp16": np.dtype(np.float16)}
+# program_binary() output: magic, sha256 of (source, build options, device fingerprint), sha256 of the
+# payload, payload. A driver never sees a payload that fails either check.
+_BINARY_MAGIC = b"GDPB\x01"
+
+
+@dataclass(eq=False)
+class Buffer:
+    """A device buffer of ``n_vec4`` 4-float vectors stored as float32 or float16."""
+
+    handle: Any
+    n_vec4: int
+    precision: str
+
+    @property
+    def nbytes(self) -> int:
+        return self.n_vec4 * 4 * _STORAGE[self.precision].itemsize
+
+
+class Program:
+    """A compiled kernel. ``program(buffers)`` dispatches it over its spec's grid, buffer i bound to
+    ``spec.args[i]``."""
+
+    def __init__(self, backend: Backend, spec: KernelSpec, source: str, local_size: tuple[int, int, int],
+                 handle: Any, key: bytes) -> None:
+        self.backend = backend
+        self.spec = spec
+        self.name = spec.name
+        self.source = source
+        self.local_size = local_size
+        self.handle = handle
+        self.key = key
+
+    def __call__(self, buffers: list[Buffer]) -> None:
+        self.backend.dispatch_all([(self, buffers)])
+
+    def __repr__(self) -> str:
+        return f"<{self.backend.name} program {self.name} grid={self.spec.grid} local={self.local_size}>"
+
+
+def choose_local_size(grid: tuple[int, int, int], info: dict) -> tuple[int, int, int]:
+    """The work-group size for ``grid`` on a device described by ``info`` (Backend.device_info()).
+
+    Powers of two filled x first (consecutive x share weights and vectorize: PoCL turns a work group's
+    x loop into SIMD lanes, GPUs coalesce it), then y, then z, up to the device's preferred group size,
+    without exceeding a dimension of the grid by more than its next power of two. Then, while there are
+    fewer groups than twice the compute units, groups are halved (z, y, then x) so every core gets work.
+    """
+    budget = min(info["preferred_work_group_size"], info["max_work_group_size"])
+    dims = info["max_work_group_dims"]
+    local = [1, 1, 1]
+    for d in range(3):
+        size = 1
+        while size * 2 <= budget and size < grid[d] and size * 2 <= dims[d]:
+            size *= 2
+        local[d] = size
+        budget //= size
+    min_groups = 2 * info.get("compute_units", 1)
+
+    def groups() -> int:
+        return math.prod(math.ceil(g / lsz) for g, lsz in zip(grid, local))
+
+    for d in (2, 1, 0):
+        while local[d] > 1 and groups() < min_groups:
+            local[d] //= 2
+    return tuple(local)
+
+
+def numbered(source: str) -> str:
+    """Program text with line numbers, for compiler logs that cite them."""
+    return "\n".join(f"{i:4d}  {line}" for i, line in enumerate(source.splitlines(), 1))
+
+
+def device_fingerprint(info: dict) -> str:
+    """A stable hash of a device description: changes with the device, the driver and their limits."""
+    return hashlib.sha256(json.dumps(info, sort_keys=True, default=str).encode()).hexdigest()
+
+
+class Backend(ABC):
+    """One GPU API on one device. Programs, buffers and conversion kernels belong to the instance;
+    the API context underneath is shared by every instance in the process."""
+
+    name: str = ""
+
+    def __init__(self, profile: bool = False) -> None:
+        self.profile = profile
+        self._timings: list[tuple[str, Any]] = []
+        self._programs: dict[tuple[bytes, str], Program] = {}
+        self._convert: dict[tuple, Program] = {}
+        self._staging: dict[tuple[int, str], Buffer] = {}
+
+    # -- per-API primitives ------------------------------------------------------------------------------
+
+    @abstractmethod
+    def device_info(self) -> dict:
+        """Device name, vendor, driver version, API version, device_type, compute_units,
+        max_work_group_size, max_work_group_dims, preferred_work_group_size, max_dispatch_groups,
+        max_buffers, max_buffer_bytes, has_fp16 (native half arithmetic; fp16 *storage* works
+        everywhere). JSON-serializable: it feeds cache fingerprints."""
+
+    @abstractmethod
+    def source(self, spec: KernelSpec, local_size: tuple[int, int, int]) -> str:
+        """The program text this backend compiles for ``spec``."""
+
+    @abstractmethod
+    def _build(self, spec: KernelSpec, source: str, binary: bytes | None) -> Any:
+        """Compile ``source`` (or load ``binary``, its payload from ``_binary``); raise DelegateError."""
+
+    @abstractmethod
+    def _binary(self, program: Program) -> bytes:
+        """The driver's binary for a compiled program."""
+
+    @abstractmethod
+    def _alloc(self, nbytes: int) -> Any: ...
+
+    @abstractmethod
+    def _free(self, handle: Any) -> None: ...
+
+    @abstractmethod
+    def _write(self, handle: Any, data: np.ndarray) -> None:
+        """Copy a contiguous array to the buffer's start; the array may be reused once this returns."""
+
+    @abstractmethod
+    def _read(self, handle: Any, nbytes: int) -> np.ndarray:
+        """A new uint8 array with the buffer's first ``nbytes``, after every dispatch enqueued before."""
+
+    @abstractmethod
+    def _launch(self, program: Program, handles: list[Any]) -> Any:
+        """Enqueue one dispatch; with profiling on, return what ``_elapsed_ns`` turns into nanoseconds."""
+
+    @abstractmethod
+    def _elapsed_ns(self, token: Any) -> int: ...
+
+    @abstractmethod
+    def _finish(self) -> None: ...
+
+    def _on_device(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run ``fn`` where the API may be called (GL: its own thread). Every public method goes through it."""
+        return fn(*args)
+
+    # -- public API --------------------------------------------------------------------------------------
+
+    @property
+    def build_options(self) -> str:
+        """Compiler options (part of a binary's identity); empty where the API has none."""
+        return ""
+
+    def local_size(self, spec: KernelSpec) -> tuple[int, int, int]:
+        info = self.device_info()
+        if spec.local_size is None:
+            return choose_local_size(spec.grid, info)
+        dims = info["max_work_group_dims"]
+        if math.prod(spec.local_size) > info["max_work_group_size"] or any(
+                lsz > d for lsz, d in zip(spec.local_size, dims)):
+            raise DelegateError(f"{self.name}: kernel {spec.name}: local size {spec.local_size} exceeds the "
+                                f"device limits ({info['max_work_group_size']} items, {tuple(dims)})")
+        return spec.local_size
+
+    def _key(self, source: str) -> bytes:
+        text = "\0".join((source, self.build_options, device_fingerprint(self.device_info())))
+        return hashlib.sha256(text.encode()).digest()
+
+    def compile(self, spec: KernelSpec, binary: bytes | None = None) -> Program:
+        """Compile ``spec``, or load it from ``binary`` (what ``program_binary`` returned for the same
+        spec on the same device and driver). A binary that does not match raises DelegateError: the
+        caller then compiles from source."""
+        local = self.local_size(spec)
+        info = self.device_info()
+        if len(spec.args) > info["max_buffers"]:
+            raise DelegateError(f"{self.name}: kernel {spec.name} takes {len(spec.args)} buffers; the device "
+                                f"binds at most {info['max_buffers']}")
+        limit = info["max_dispatch_groups"]
+        groups = [math.ceil(g / lsz) for g, lsz in zip(spec.grid, local)]
+        if any(g > m for g, m in zip(groups, limit)):
+            raise DelegateError(f"{self.name}: kernel {spec.name}: grid {spec.grid} needs {tuple(groups)} "
+                                f"work groups of {local}; the device allows at most {tuple(limit)}")
+        source = self.source(spec, local)
+        key = self._key(source)
+        # models repeat layers: an identical kernel is compiled once per backend instance
+        if (key, spec.name) in self._programs:
+            return self._programs[key, spec.name]
+        payload = None
+        if binary is not None:
+            head = len(_BINARY_MAGIC)
+            if binary[:head] != _BINARY_MAGIC or binary[head:head + 32] != key:
+                raise DelegateError(f"{self.name}: kernel {spec.name}: the program binary was made for another "
+                                    "source, build options, device or driver")
+            payload = binary[head + 64:]
+            if hashlib.sha256(payload).digest() != binary[head + 32:head + 64]:
+                raise DelegateError(f"{self.name}: kernel {spec.name}: the program binary is corrupt")
+        handle = self._on_device(self._build, spec, source, payload)
+        program = self._programs[key, spec.name] = Program(self, spec, source, local, handle, key)
+        return program
+
+    def program_binary(self, program: Program) -> bytes:
+        """Bytes that ``compile(program.spec, binary=...)`` loads without compiling, on this device and
+        driver only (checked)."""
+        payload = self._on_device(self._binary, program)
+        return _BINARY_MAGIC + program.key + hashlib.sha256(payload).digest() + payload
+
+    def alloc(self, n_vec4: int, precision: str = "fp32") -> Buffer:
+        """A zero-filled buffer of ``n_vec4`` 4-float vectors stored as ``precision``."""
+        if precision not in _STORAGE:
+            raise ValueError(f"precision {precision!r} is not one of {tuple(_STORAGE)}")
+        buf = Buffer(None, max(int(n_vec4), 1), precision)
+        limit = self.device_info()["max_buffer_bytes"]
+        if buf.nbytes > limit:
+            raise DelegateError(f"{self.name}: a buffer of {buf.nbytes} bytes exceeds the device limit of {limit}")
+        buf.handle = self._on_device(self._alloc, buf.nbytes)
+        return buf
+
+    def free(self, buffer: Buffer) -> None:
+        if buffer.handle is not None:
+            self._on_device(self._free, buffer.handle)
+            buffer.handle = None
+
+    def upload(self, buffer: Buffer, array: np.ndarray) -> None:
+        """Write ``array`` (any shape; converted to the buffer's storage type) at the buffer's start."""
+        data = np.ascontiguousarray(array, dtype=_STORAGE[buffer.precision]).reshape(-1)
+        if data.nbytes > buffer.nbytes:
+            raise ValueError(f"{data.size} values do not fit in a buffer of {buffer.n_vec4} vec4")
+        self._on_device(self._write, buffer.handle, data)
+
+    def download(self, buffer: Buffer, n_vec4: int | None = None) -> np.ndarray:
+        """The first ``n_vec4`` vectors (default: all) as a flat array of the buffer's storage type."""
+        n = buffer.n_vec4 if n_vec4 is None else n_vec4
+        if not 0 <= n <= buffer.n_vec4:
+            raise ValueError(f"cannot read {n} vec4 from a buffer of {buffer.n_vec4}")
+        dtype = _STORAGE[buffer.precision]
+        return self._on_device(self._read, buffer.handle, n * 4 * dtype.itemsize).view(dtype)
+
+    def finish(self) -> None:
+        self._on_device(self._finish)
+
+    def dispatch_all(self, calls: list[tuple[Program, list[Buffer]]]) -> None:
+        """Enqueue programs in order (one trip to the device thread for all of them)."""
+        for program, buffers in calls:
+            self._check_call(program, buffers)
+        self._on_device(self._dispatch_all, calls)
+
+    def _dispatch_all(self, calls: list[tuple[Program, list[Buffer]]]) -> None:
+        for program, buffers in calls:
+            token = self._launch(program, [b.handle for b in buffers])
+            if self.profile:
+                self._timings.append((program.name, token))
+
+    def _check_call(self, program: Program, buffers: list[Buffer]) -> None:
+        spec = program.spec
+        if program.backend is not self:
+            raise DelegateError(f"{self.name}: kernel {spec.name} was compiled by another backend instance")
+        if len(buffers) != len(spec.args):
+            raise DelegateError(f"{self.name}: kernel {spec.name} takes {len(spec.args)} buffers, got {len(buffers)}")
+        for arg, buf in zip(spec.args, buffers):
+            if buf.handle is None:
+                raise DelegateError(f"{self.name}: kernel {spec.name}: buffer for {arg.name!r} was freed")
+            if buf.precision != spec.arg_precision(arg) or buf.n_vec4 < arg.n_vec4:
+                raise DelegateError(
+                    f"{self.name}: kernel {spec.name}: argument {arg.name!r} needs {arg.n_vec4} vec4 of "
+                    f"{spec.arg_precision(arg)}, got a buffer of {buf.n_vec4} vec4 of {buf.precision}")
+
+    def take_timings(self) -> list[tuple[str, int]]:
+        """(kernel name, device nanoseconds) of every dispatch since the last call, in order; empty
+        unless the backend was created with ``profile=True``. Waits for the dispatches to finish."""
+        return self._on_device(self._take_timings)
+
+    def _take_timings(self) -> list[tuple[str, int]]:
+        self._finish()
+        out = [(name, self._elapsed_ns(token)) for name, token in self._timings]
+        self._timings = []
+        return out
+
+    # -- BHWC <-> PHWC4 at partition boundaries, on the device ---------------------------------------------
+
+    def to_device(self, array: np.ndarray, tensor: Buffer, shape: tuple[int, int, int, int]) -> None:
+        """Store a dense BHWC array (float32, or float16 kept as such on the way) into the PHWC4
+        ``tensor`` of that ``shape``: upload into a raw staging buffer and convert on the device."""
+        shape = _bhwc(shape)
+        array = np.asarray(array)
+        if array.size != math.prod(shape):
+            raise ValueError(f"an array of shape {array.shape} does not fill a tensor of shape {shape}")
+        raw_precision = "fp16" if array.dtype == np.float16 else "fp32"
+        self._on_device(self._convert_in, array, tensor, shape, raw_precision)
+
+    def from_device(self, tensor: Buffer, shape: tuple[int, int, int, int],
+                    dtype: np.dtype | type = np.float32) -> np.ndarray:
+        """The PHWC4 ``tensor`` of ``shape`` as a dense BHWC array of ``dtype`` (float32 or float16),
+        converted on the device into a raw staging buffer, then read back."""
+        shape = _bhwc(shape)
+        dtype = np.dtype(dtype)
+        if dtype not in (np.float32, np.float16):
+            raise ValueError(f"from_device gives float32 or float16, not {dtype}")
+        raw_precision = "fp16" if dtype == np.float16 else "fp32"
+        return self._on_device(self._convert_out, tensor, shape, raw_precision)
+
+    def _convert_in(self, array: np.ndarray, tensor: Buffer, shape: tuple, raw_precision: str) -> None:
+        program = self._conversion("convert_to_phwc4", shape, tensor.precision, raw_precision)
+        raw = self._staging_buffer(math.ceil(math.prod(shape) / 4), raw_precision)
+        self.upload(raw, array)
+        self.dispatch_all([(program, [raw, tensor])])
+
+    def _convert_out(self, tensor: Buffer, shape: tuple, raw_precision: str) -> np.ndarray:
+        program = self._conversion("convert_from_phwc4", shape, tensor.precision, raw_precision)
+        n = math.prod(shape)
+        raw = self._staging_buffer(math.ceil(n / 4), raw_precision)
+        self.dispatch_all([(program, [tensor, raw])])
+        return self.download(raw, math.ceil(n / 4))[:n].reshape(shape)
+
+    def _staging_buffer(self, n_vec4: int, precision: str) -> Buffer:
+        # reusing one buffer per size is safe: both APIs order a write after the dispatches before it
+        key = (n_vec4, precision)
+        if key not in self._staging:
+            self._staging[key] = self.alloc(n_vec4, precision)
+        return self._staging[key]
+
+    def _conversion(self, kernel: str, shape: tuple, precision: str, raw_precision: str) -> Program:
+        key = (kernel, shape, precision, raw_precision)
+        if key not in self._convert:
+            self._convert[key] = self.compile(conversion_spec(kernel, shape, precision, raw_precision))
+        return self._convert[key]
+
+    def close(self) -> None:
+        """Free the staging buffers and forget the programs; the API context stays for other instances."""
+        for buf in self._staging.values():
+            self.free(buf)
+        self._staging.clear()
+        self._convert.clear()
+        self._programs.clear()
+
+
+def _bhwc(shape: tuple[int, ...]) -> tuple[int, int, int, int]:
+    shape = tuple(int(d) for d in shape)
+    if len(shape) != 4 or min(shape) < 1:
+        raise ValueError(f"{shape} is not a BHWC shape of positive sizes")
+    return shape
+
+
+def conversion_spec(kernel: str, shape: tuple[int, int, int, int], precision: str, raw_precision: str) -> KernelSpec:
+    """The spec of kernels/convert_to_phwc4.cl (raw ``src`` -> PHWC4 ``dst``) or convert_from_phwc4.cl
+    (PHWC4 ``src`` -> raw ``dst``) for a BHWC ``shape``."""
+    b, h, w, c = shape
+    helpers, body = codegen.load_kernel(kernel)
+    n4 = math.ceil(b * h * w * c / 4)
+    if kernel == "convert_to_phwc4":
+        args = [Arg("src", "in", precision=raw_precision), Arg("dst", "out", shape)]
+        grid = (w, h, b * math.ceil(c / 4))
+        defines: dict[str, int | float | str] = {}
+    else:
+        args = [Arg("src", "in", shape), Arg("dst", "out", precision=raw_precision)]
+        # one work item per vec4 of the dense output, on a 2-D grid so no dimension outgrows the GL limit
+        row = min(n4, 1024)
+        grid = (row, math.ceil(n4 / row), 1)
+        defines = {"DST_N4": n4}
+    return KernelSpec(kernel, body, args, grid, defines, helpers=helpers, precision=precision)
+
+
+__all__ = ["Backend", "Buffer", "Program", "choose_local_size", "conversion_spec", "device_fingerprint"]

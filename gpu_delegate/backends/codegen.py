@@ -1,0 +1,379 @@
+"""One kernel source, two APIs: wrap a kernel body written in the dialect of kernels/README.md into a
+complete OpenCL C 1.2 program or a GLSL ES 3.10 compute shader.
+
+A kernel is a ``KernelSpec``. Every argument is a buffer of 4-float vectors; an argument with a BHWC
+``shape`` is a PHWC4 tensor and gets its geometry (``t_B``, ``t_H``, ``t_W``, ``t_C``, ``t_S``) and an index
+macro ``t_idx(b, y, x, s)``. Everything else the kernel needs (shapes, strides, flags) is a ``#define``, so
+the generated text alone determines the program; it is also the cache key for compiled binaries.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+ROLES = ("in", "out", "const")
+PRECISIONS = ("fp32", "fp16")
+
+# Kernel sources live in the top-level kernels/ folder of a checkout; an installed package may carry them
+# next to its modules instead.
+_KERNEL_DIRS = (Path(__file__).resolve().parents[2] / "kernels", Path(__file__).resolve().parents[1] / "kernels")
+# The line that separates a kernel file's helper functions (above) from its body (below).
+BODY_MARKER = "// @body"
+
+# A name must be an identifier in both languages: GLSL reserves "__" anywhere and the "gl_"/"GL_" prefixes.
+_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9]*(_[A-Za-z0-9]+)*$")
+
+
+def _check_name(name: str, what: str) -> None:
+    if not _NAME.match(name) or name.lower().startswith("gl_"):
+        raise ValueError(f"{what} {name!r} is not a valid kernel identifier "
+                         "(letters, digits, single underscores; no leading underscore or gl_ prefix)")
+
+
+@dataclass(frozen=True)
+class Arg:
+    """One buffer argument of a kernel.
+
+    role: "in" (read), "out" (read and write) or "const" (read; weights prepared once).
+    shape: BHWC geometry of a PHWC4 tensor, or None for a plain buffer of vec4 (weights, raw data).
+    precision: storage precision of this buffer; None takes the spec's.
+    """
+
+    name: str
+    role: str
+    shape: tuple[int, int, int, int] | None = None
+    precision: str | None = None
+
+    def __post_init__(self) -> None:
+        _check_name(self.name, "argument name")
+        if self.role not in ROLES:
+            raise ValueError(f"argument {self.name!r}: role {self.role!r} is not one of {ROLES}")
+        if self.precision is not None and self.precision not in PRECISIONS:
+            raise ValueError(f"argument {self.name!r}: precision {self.precision!r} is not one of {PRECISIONS}")
+        if self.shape is not None:
+            shape = tuple(int(d) for d in self.shape)
+            if len(shape) != 4 or min(shape) < 1:
+                raise ValueError(f"argument {self.name!r}: shape {self.shape} is not a BHWC shape of positive sizes")
+            object.__setattr__(self, "shape", shape)
+
+    @property
+    def slices(self) -> int:
+        return math.ceil(self.shape[3] / 4) if self.shape else 0
+
+    @property
+    def n_vec4(self) -> int:
+        """vec4 count of a PHWC4 tensor argument (B * S * H * W); 0 for a plain buffer."""
+        if self.shape is None:
+            return 0
+        b, h, w, _ = self.shape
+        return b * self.slices * h * w
+
+
+@dataclass
+class KernelSpec:
+    """Everything that determines one compiled kernel (see kernels/README.md for the dialect)."""
+
+    name: str
+    body: str
+    args: list[Arg]
+    grid: tuple[int, int, int]
+    defines: dict[str, int | float | str] = field(default_factory=dict)
+    #: file-scope text placed before the kernel: helper functions (the lowering's fused ``postop``)
+    helpers: str = ""
+    #: storage precision of every buffer whose Arg does not say otherwise; compute is always float32
+    precision: str = "fp32"
+    #: work-group size; None lets the backend choose (base.choose_local_size)
+    local_size: tuple[int, int, int] | None = None
+    #: the out argument whose writes first go through ``FLT4 postop(FLT4 v, int i BUFS_DECL)`` from helpers
+    postop_arg: str | None = None
+
+    def __post_init__(self) -> None:
+        _check_name(self.name, "kernel name")
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"kernel {self.name}: precision {self.precision!r} is not one of {PRECISIONS}")
+        self.grid = tuple(int(g) for g in self.grid)
+        if len(self.grid) != 3 or min(self.grid) < 1:
+            raise ValueError(f"kernel {self.name}: grid {self.grid} must be 3 positive sizes")
+        if self.local_size is not None:
+            self.local_size = tuple(int(g) for g in self.local_size)
+            if len(self.local_size) != 3 or min(self.local_size) < 1:
+                raise ValueError(f"kernel {self.name}: local_size {self.local_size} must be 3 positive sizes")
+        taken = set(_RESERVED)
+        for a in self.args:
+            generated = {a.name + "_buf"} | {a.name + sfx for sfx in _ARG_SUFFIXES}
+            if generated & taken:
+                raise ValueError(f"kernel {self.name}: argument {a.name!r} clashes with another name")
+            taken |= generated
+        for k in self.defines:
+            _check_name(k, f"kernel {self.name}: define")
+            if k in taken:
+                raise ValueError(f"kernel {self.name}: define {k!r} clashes with a generated name")
+
+    def arg_precision(self, arg: Arg) -> str:
+        return arg.precision or self.precision
+
+
+_ARG_SUFFIXES = ("_B", "_H", "_W", "_C", "_S", "_idx", "_read", "_read1", "_write", "_store", "_finish")
+_RESERVED = ("GRID_X", "GRID_Y", "GRID_Z", "GID_X", "GID_Y", "GID_Z", "BUFS", "BUFS_DECL", "FLT4", "INT4",
+             "MAKE_FLT4", "MAKE_INT4", "SPLAT", "TO_INT", "TO_FLT", "TO_INT4", "TO_FLT4", "FABS", "RSQRT",
+             "FMOD", "FMA", "ROUND", "RINT", "ATAN2", "LT4", "LE4", "GT4", "GE4", "EQ4", "NE4", "SELECT4",
+             "LANE", "ZERO_PAD")
+
+
+def load_kernel(name: str, api: str | None = None) -> tuple[str, str]:
+    """(helpers, body) of ``kernels/<name>.cl``: the text above a ``// @body`` line is file-scope helper
+    code, the text below it the body; a file without the marker is all body. With ``api`` ("cl" or
+    "gl"), a file ``<name>.<api>.cl`` written for that API alone takes precedence."""
+    names = ([f"{name}.{api}.cl"] if api else []) + [f"{name}.cl"]
+    for path in (d / n for n in names for d in _KERNEL_DIRS):
+        if path.is_file():
+            text = path.read_text()
+            lines = text.splitlines(keepends=True)
+            for i, line in enumerate(lines):
+                if line.strip() == BODY_MARKER:
+                    return "".join(lines[:i]), "".join(lines[i + 1:])
+            return "", text
+    raise FileNotFoundError(f"kernel source {name}.cl not found in {', '.join(str(d) for d in _KERNEL_DIRS)}")
+
+
+def literal(value: float | bool | str) -> str:
+    """A define's value as text valid in both languages: ints as-is, floats as float32 with an f suffix."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (bool, np.bool_)):
+        return "1" if value else "0"
+    if isinstance(value, (int, np.integer)):
+        if not -(2**31) <= int(value) < 2**31:
+            raise ValueError(f"integer define {value} does not fit in a 32-bit int")
+        text = str(int(value))
+    elif isinstance(value, (float, np.floating)):
+        v = np.float32(value)
+        if np.isnan(v):
+            return "NAN_F"
+        if np.isinf(v):
+            return "INF_F" if v > 0 else "(-INF_F)"
+        # numpy prints the shortest decimal that reads back as exactly this float32
+        text = str(v)
+        text = (text if "." in text or "e" in text else text + ".0") + "f"
+    else:
+        raise TypeError(f"a define's value must be an int, float, bool or str, not {type(value).__name__}")
+    # parenthesized so that "x-NEG" cannot become "x--1"
+    return f"({text})" if text.startswith("-") else text
+
+
+# -- the dialect, per API -------------------------------------------------------------------------------
+
+_CL_PRELUDE = r"""// Plain arithmetic is never contracted into fma (GLSL ES 3.1 cannot fuse it either); FMA() fuses.
+#pragma OPENCL FP_CONTRACT OFF
+#define FLT4 float4
+#define INT4 int4
+#define MAKE_FLT4(a, b, c, d) ((float4)((a), (b), (c), (d)))
+#define MAKE_INT4(a, b, c, d) ((int4)((a), (b), (c), (d)))
+#define SPLAT(x) ((float4)(x))
+#define TO_INT(x) ((int)(x))
+#define TO_FLT(x) ((float)(x))
+#define TO_INT4(v) convert_int4(v)
+#define TO_FLT4(v) convert_float4(v)
+#define FABS(x) fabs(x)
+#define RSQRT(x) rsqrt(x)
+#define FMOD(x, y) fmod((x), (y))
+#define FMA(a, b, c) fma((a), (b), (c))
+#define ROUND(x) round(x)
+#define RINT(x) rint(x)
+#define ATAN2(y, x) atan2((y), (x))
+#define INF_F INFINITY
+#define NAN_F NAN
+float4 LT4(float4 a, float4 b) { return select((float4)(0.0f), (float4)(1.0f), isless(a, b)); }
+float4 LE4(float4 a, float4 b) { return select((float4)(0.0f), (float4)(1.0f), islessequal(a, b)); }
+float4 GT4(float4 a, float4 b) { return select((float4)(0.0f), (float4)(1.0f), isgreater(a, b)); }
+float4 GE4(float4 a, float4 b) { return select((float4)(0.0f), (float4)(1.0f), isgreaterequal(a, b)); }
+float4 EQ4(float4 a, float4 b) { return select((float4)(0.0f), (float4)(1.0f), isequal(a, b)); }
+float4 NE4(float4 a, float4 b) { return select((float4)(0.0f), (float4)(1.0f), isnotequal(a, b)); }
+float4 SELECT4(float4 f, float4 t, float4 m) { return select(f, t, isnotequal(m, (float4)(0.0f))); }
+float LANE(float4 v, int k) { return k == 0 ? v.x : k == 1 ? v.y : k == 2 ? v.z : v.w; }
+float4 ZERO_PAD(float4 v, int s, int c) {
+  return select(v, (float4)(0.0f), (int4)(4 * s) + (int4)(0, 1, 2, 3) >= (int4)(c));
+}
+"""
+
+_GL_PRELUDE = r"""#define FLT4 vec4
+#define INT4 ivec4
+#define MAKE_FLT4(a, b, c, d) vec4((a), (b), (c), (d))
+#define MAKE_INT4(a, b, c, d) ivec4((a), (b), (c), (d))
+#define SPLAT(x) vec4(x)
+#define TO_INT(x) int(x)
+#define TO_FLT(x) float(x)
+#define TO_INT4(v) ivec4(v)
+#define TO_FLT4(v) vec4(v)
+#define FABS(x) abs(x)
+#define RSQRT(x) inversesqrt(x)
+// GLSL ES 3.1 has no fma(); the product is rounded before the add.
+#define FMA(a, b, c) ((a) * (b) + (c))
+#define RINT(x) roundEven(x)
+#define ATAN2(y, x) atan((y), (x))
+#define INF_F uintBitsToFloat(0x7f800000u)
+#define NAN_F uintBitsToFloat(0x7fc00000u)
+// C fmod, exact like OpenCL's: subtract |y| * 2^k, largest first; each step is exact (Sterbenz), and
+// there are at most exponent(x) - exponent(y) + 1 of them (the bound only guards against a hang).
+float FMOD(float x, float y) {
+  if (isinf(x) || isnan(x) || isnan(y) || y == 0.0) return NAN_F;
+  float ay = abs(y);
+  float r = abs(x);
+  for (int it = 0; it < 300 && r >= ay; it++) {
+    int er;
+    int ey;
+    frexp(r, er);
+    frexp(ay, ey);
+    float d = ldexp(ay, er - ey);
+    if (d > r) d *= 0.5;
+    r -= d;
+  }
+  return x < 0.0 ? -r : r;
+}
+vec4 FMOD(vec4 x, vec4 y) { return vec4(FMOD(x.x, y.x), FMOD(x.y, y.y), FMOD(x.z, y.z), FMOD(x.w, y.w)); }
+// C round(): halves away from zero (GLSL round() leaves the direction to the implementation).
+float ROUND(float x) { float t = trunc(x); return t + sign(x) * step(0.5, abs(x - t)); }
+vec4 ROUND(vec4 x) { vec4 t = trunc(x); return t + sign(x) * step(0.5, abs(x - t)); }
+vec4 LT4(vec4 a, vec4 b) { return vec4(lessThan(a, b)); }
+vec4 LE4(vec4 a, vec4 b) { return vec4(lessThanEqual(a, b)); }
+vec4 GT4(vec4 a, vec4 b) { return vec4(greaterThan(a, b)); }
+vec4 GE4(vec4 a, vec4 b) { return vec4(greaterThanEqual(a, b)); }
+vec4 EQ4(vec4 a, vec4 b) { return vec4(equal(a, b)); }
+vec4 NE4(vec4 a, vec4 b) { return vec4(notEqual(a, b)); }
+vec4 SELECT4(vec4 f, vec4 t, vec4 m) { return mix(f, t, notEqual(m, vec4(0.0))); }
+float LANE(vec4 v, int k) { return v[k]; }
+vec4 ZERO_PAD(vec4 v, int s, int c) {
+  return mix(v, vec4(0.0), greaterThanEqual(ivec4(4 * s) + ivec4(0, 1, 2, 3), ivec4(c)));
+}
+"""
+
+
+def _geometry(spec: KernelSpec) -> str:
+    lines = [f"#define GRID_X {spec.grid[0]}", f"#define GRID_Y {spec.grid[1]}", f"#define GRID_Z {spec.grid[2]}"]
+    for a in spec.args:
+        if a.shape is None:
+            continue
+        t = a.name
+        b, h, w, c = a.shape
+        lines += [f"#define {t}_B {b}", f"#define {t}_H {h}", f"#define {t}_W {w}", f"#define {t}_C {c}",
+                  f"#define {t}_S {a.slices}",
+                  f"#define {t}_idx(b, y, x, s) (((((b) * {t}_S + (s)) * {t}_H + (y)) * {t}_W) + (x))"]
+    lines += [f"#define {k} {literal(v)}" for k, v in spec.defines.items()]
+    return "\n".join(lines) + "\n"
+
+
+def _cl_param(spec: KernelSpec, a: Arg) -> str:
+    const = "const " if a.role != "out" else ""
+    elem = "float4" if spec.arg_precision(a) == "fp32" else "half"
+    return f"__global {const}{elem}* restrict {a.name}_buf"
+
+
+def _cl_accessors(spec: KernelSpec, a: Arg) -> str:
+    t = a.name
+    if spec.arg_precision(a) == "fp32":
+        lines = [f"#define {t}_read(i) ({t}_buf[(i)])",
+                 f"#define {t}_read1(j) (((__global const float*){t}_buf)[(j)])"]
+        write = f"#define {t}_write(i, v) ({t}_buf[(i)] = (v))"
+    else:
+        lines = [f"#define {t}_read(i) vload_half4((i), {t}_buf)", f"#define {t}_read1(j) vload_half((j), {t}_buf)"]
+        write = f"#define {t}_write(i, v) vstore_half4_rte((v), (i), {t}_buf)"
+    if a.role == "out":
+        lines.append(_wrapped_write(spec, a, write))
+    return "\n".join(lines) + "\n"
+
+
+def _finishes(spec: KernelSpec, a: Arg) -> bool:
+    """Whether writes to ``a`` go through a finisher: the fused post-ops, and zeroing the padding lanes of
+    a last slice (so a tensor's padding channels stay zero whatever the kernel computes there)."""
+    return a.role == "out" and (spec.postop_arg == a.name or (a.shape is not None and a.shape[3] % 4 != 0))
+
+
+def _wrapped_write(spec: KernelSpec, a: Arg, write: str) -> str:
+    if not _finishes(spec, a):
+        return write
+    t = a.name
+    raw = write.replace(f"{t}_write(", f"{t}_store(", 1)
+    return raw + f"\n#define {t}_write(i, v) {t}_store((i), {t}_finish((v), (i) BUFS))"
+
+
+def _finishers(spec: KernelSpec) -> str:
+    out = []
+    for a in spec.args:
+        if not _finishes(spec, a):
+            continue
+        t = a.name
+        body = "v = postop(v, i BUFS); " if spec.postop_arg == t else ""
+        if a.shape is not None and a.shape[3] % 4:
+            body += f"v = ZERO_PAD(v, (i / ({t}_H * {t}_W)) % {t}_S, {t}_C); "
+        out.append(f"FLT4 {t}_finish(FLT4 v, int i BUFS_DECL) {{ {body}return v; }}\n")
+    return "".join(out)
+
+
+def opencl_source(spec: KernelSpec) -> str:
+    """The complete OpenCL C 1.2 program for ``spec``: one ``__kernel`` named ``spec.name``."""
+    params = [_cl_param(spec, a) for a in spec.args]
+    parts = [_CL_PRELUDE, _geometry(spec)]
+    parts += [_cl_accessors(spec, a) for a in spec.args]
+    parts.append("#define BUFS_DECL " + "".join(f", {p}" for p in params) + "\n")
+    parts.append("#define BUFS " + "".join(f", {a.name}_buf" for a in spec.args) + "\n")
+    parts.append(spec.helpers.rstrip() + "\n" if spec.helpers.strip() else "")
+    parts.append(_finishers(spec))
+    parts.append(
+        f"__kernel void {spec.name}({', '.join(params) if params else 'void'}) {{\n"
+        "  const int GID_X = get_global_id(0);\n"
+        "  const int GID_Y = get_global_id(1);\n"
+        "  const int GID_Z = get_global_id(2);\n"
+        "  if (GID_X >= GRID_X || GID_Y >= GRID_Y || GID_Z >= GRID_Z) return;\n"
+        "  {\n" + spec.body.rstrip() + "\n  }\n}\n")
+    return "".join(parts)
+
+
+def _gl_buffer(spec: KernelSpec, binding: int, a: Arg) -> str:
+    t = a.name
+    access = "readonly restrict" if a.role != "out" else "restrict"
+    elem = "vec4" if spec.arg_precision(a) == "fp32" else "uvec2"
+    return f"layout(std430, binding = {binding}) {access} buffer {t}_ssbo {{ {elem} {t}_buf[]; }};\n"
+
+
+def _gl_accessors(spec: KernelSpec, a: Arg) -> str:
+    t = a.name
+    if spec.arg_precision(a) == "fp32":
+        lines = [f"#define {t}_read(i) ({t}_buf[(i)])", f"#define {t}_read1(j) ({t}_buf[(j) >> 2][(j) & 3])"]
+        write = f"#define {t}_write(i, v) ({t}_buf[(i)] = (v))"
+    else:
+        # two halves per uint: packHalf2x16 / unpackHalf2x16 do the fp16 conversion
+        read = (f"vec4 {t}_read(int i) {{ uvec2 p = {t}_buf[i]; "
+                "return vec4(unpackHalf2x16(p.x), unpackHalf2x16(p.y)); }")
+        lines = [read,
+                 f"float {t}_read1(int j) {{ return unpackHalf2x16({t}_buf[j >> 2][(j >> 1) & 1])[j & 1]; }}"]
+        write = f"void {t}_write(int i, vec4 v) {{ {t}_buf[i] = uvec2(packHalf2x16(v.xy), packHalf2x16(v.zw)); }}"
+    if a.role == "out":
+        lines.append(_wrapped_write(spec, a, write))
+    return "\n".join(lines) + "\n"
+
+
+def glsl_source(spec: KernelSpec, local_size: tuple[int, int, int]) -> str:
+    """The complete GLSL ES 3.10 compute shader for ``spec`` with the given work-group size; buffer
+    ``i`` of ``spec.args`` is bound at SSBO binding ``i``."""
+    lx, ly, lz = local_size
+    parts = ["#version 310 es\nprecision highp float;\nprecision highp int;\n",
+             f"layout(local_size_x = {lx}, local_size_y = {ly}, local_size_z = {lz}) in;\n",
+             _GL_PRELUDE, _geometry(spec)]
+    parts += [_gl_buffer(spec, i, a) for i, a in enumerate(spec.args)]
+    parts += [_gl_accessors(spec, a) for a in spec.args]
+    parts.append("#define BUFS_DECL\n#define BUFS\n")
+    parts.append(spec.helpers.rstrip() + "\n" if spec.helpers.strip() else "")
+    parts.append(_finishers(spec))
+    parts.append(
+        "void main() {\n"
+        "  int GID_X = int(gl_GlobalInvocationID.x);\n"
+        "  int GID_Y = int(gl_GlobalInvocationID.y);\n"
+        "  int GID_Z = int(gl_GlobalInvocationID.z);\n"
+        "  if (GID_X >= GRID_X || GID_Y >= GRID_Y || GID_Z >= GRID_Z) return;\n"
+        "  {\n" + spec.body.rstrip() + "\n  }\n}\n")
+    return "".join(parts)

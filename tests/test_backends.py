@@ -1,0 +1,386 @@
+"""The two GPU backends and the kernel dialect, checked against numpy formulas (never against our own code)."""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+
+import gpu_delegate as gd
+from gpu_delegate.backends import Arg, KernelSpec, choose_local_size, create_backend, opencl, opengl
+from gpu_delegate.backends.codegen import literal
+
+KINDS = ["cl", "gl"]
+
+
+@pytest.fixture(scope="module", params=KINDS)
+def backend(request):
+    try:
+        be = create_backend(request.param)
+    except gd.DelegateError as e:
+        pytest.skip(f"backend {request.param} is not available here: {e}")
+    yield be
+    be.close()
+
+
+def phwc4(x: np.ndarray) -> np.ndarray:
+    """numpy's own PHWC4 layout: (B, S, H, W, 4), zero padding channels, flattened."""
+    b, h, w, c = x.shape
+    s = -(-c // 4)
+    p = np.zeros((b, h, w, 4 * s), x.dtype)
+    p[..., :c] = x
+    return p.reshape(b, h, w, s, 4).transpose(0, 3, 1, 2, 4).reshape(-1)
+
+
+def f16(x: np.ndarray) -> np.ndarray:
+    return x.astype(np.float16).astype(np.float32)
+
+
+# y = relu(2 x + w) - 0.25 per channel; the helper reads a buffer, so it takes BUFS_DECL
+AFFINE_HELPERS = """
+FLT4 bias(int s BUFS_DECL) { return w_read(s); }
+"""
+AFFINE_BODY = """
+int b = GID_Z / y_S;
+int s = GID_Z - b * y_S;
+FLT4 v = max(FMA(x_read(x_idx(b, GID_Y, GID_X, s)), SPLAT(2.0f), bias(s BUFS)), 0.0f) - OFFSET;
+y_write(y_idx(b, GID_Y, GID_X, s), ZERO_PAD(v, s, y_C));
+"""
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+@pytest.mark.parametrize("channels", [5, 7, 13])
+def test_kernel_matches_numpy(backend, precision, channels):
+    rng = np.random.default_rng(channels)
+    shape = (2, 3, 4, channels)
+    slices = -(-channels // 4)
+    x = rng.standard_normal(shape).astype(np.float32)
+    w = rng.standard_normal(channels).astype(np.float32)
+    spec = KernelSpec("affine_relu", AFFINE_BODY, [Arg("x", "in", shape), Arg("w", "const"), Arg("y", "out", shape)],
+                      grid=(4, 3, 2 * slices), defines={"OFFSET": 0.25}, helpers=AFFINE_HELPERS, precision=precision)
+    program = backend.compile(spec)
+    n = 2 * slices * 3 * 4
+    xb, wb, yb = backend.alloc(n, precision), backend.alloc(slices, precision), backend.alloc(n, precision)
+    backend.to_device(x, xb, shape)
+    w_padded = np.zeros(4 * slices, np.float32)
+    w_padded[:channels] = w
+    backend.upload(wb, w_padded)
+    program([xb, wb, yb])
+    if precision == "fp16":  # fp16 storage, float32 arithmetic, rounded when stored
+        x, w = f16(x), f16(w)
+    want = np.maximum(x * np.float32(2) + w, np.float32(0)) - np.float32(0.25)
+    if precision == "fp16":
+        want = f16(want)
+    # padding channels hold 0, not relu(0) - 0.25: ZERO_PAD did its job
+    np.testing.assert_array_equal(backend.download(yb).astype(np.float32), phwc4(want))
+    np.testing.assert_array_equal(backend.from_device(yb, shape), want)
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+@pytest.mark.parametrize("shape", [(2, 3, 4, 5), (1, 1, 3, 8), (2, 2, 1, 13)])
+def test_round_trip(backend, precision, shape):
+    rng = np.random.default_rng(sum(shape))
+    x = (rng.standard_normal(shape) * 100).astype(np.float32)
+    n = shape[0] * -(-shape[3] // 4) * shape[1] * shape[2]
+    t = backend.alloc(n, precision)
+    backend.to_device(x, t, shape)
+    stored = x if precision == "fp32" else f16(x)
+    np.testing.assert_array_equal(backend.download(t).astype(np.float32), phwc4(stored))
+    back = backend.from_device(t, shape)
+    assert back.dtype == np.float32 and back.shape == shape
+    np.testing.assert_array_equal(back, stored)
+
+
+def test_round_trip_float16_arrays(backend):
+    shape = (2, 3, 4, 5)
+    x = np.random.default_rng(1).standard_normal(shape).astype(np.float16)
+    t = backend.alloc(2 * 2 * 3 * 4, "fp32")
+    backend.to_device(x, t, shape)
+    back = backend.from_device(t, shape, dtype=np.float16)
+    assert back.dtype == np.float16
+    np.testing.assert_array_equal(back, x)
+
+
+@pytest.mark.parametrize("local_size", [(4, 4, 2), None])
+def test_grid_not_a_multiple_of_the_local_size(backend, local_size):
+    grid = (7, 5, 3)
+    body = """
+int i = (GID_Z * GRID_Y + GID_Y) * GRID_X + GID_X;
+o_write(i, MAKE_FLT4(TO_FLT(GID_X), TO_FLT(GID_Y), TO_FLT(GID_Z), 1.0f));
+"""
+    spec = KernelSpec("ids", body, [Arg("o", "out")], grid, local_size=local_size)
+    program = backend.compile(spec)
+    if local_size:
+        assert program.local_size == local_size
+    n = 7 * 5 * 3
+    out = backend.alloc(n + 8)
+    backend.upload(out, np.full((n + 8) * 4, -1, np.float32))
+    program([out])
+    z, y, x = np.mgrid[0:3, 0:5, 0:7]
+    want = np.stack([x, y, z, np.ones_like(x)], -1).reshape(-1).astype(np.float32)
+    got = backend.download(out)
+    np.testing.assert_array_equal(got[: 4 * n], want)
+    np.testing.assert_array_equal(got[4 * n:], -1)  # nothing written past the grid
+
+
+def test_compile_error_names_the_kernel_and_shows_the_log(backend):
+    spec = KernelSpec("broken_kernel", "o_write(0, undeclared_thing);", [Arg("o", "out")], (1, 1, 1))
+    with pytest.raises(gd.DelegateError, match="broken_kernel") as e:
+        backend.compile(spec)
+    assert "undeclared_thing" in str(e.value)
+
+
+DIALECT_BODY = """
+int i = GID_X;
+FLT4 a = a_read(i);
+FLT4 b = b_read(i);
+FLT4 c = c_read(i);
+o_write(K * i + 0, FMOD(a, b));
+o_write(K * i + 1, MAKE_FLT4(FMOD(a.x, b.x), FMOD(a.y, b.y), FMOD(a.z, b.z), FMOD(a.w, b.w)));
+o_write(K * i + 2, ROUND(a));
+o_write(K * i + 3, MAKE_FLT4(ROUND(a.x), RINT(a.y), RINT(a.z), RINT(a.w)));
+o_write(K * i + 4, FABS(a));
+o_write(K * i + 5, RSQRT(FABS(b)));
+o_write(K * i + 6, LT4(a, b) + 2.0f * GE4(a, b) + 4.0f * EQ4(a, b) + 8.0f * NE4(a, b));
+o_write(K * i + 7, LE4(a, b) + 2.0f * GT4(a, b));
+o_write(K * i + 8, SELECT4(a, b, LT4(b, a)));
+float e[4];
+for (int k = 0; k < 4; k++) {
+  e[k] = LANE(a, 3 - k);
+}
+o_write(K * i + 9, MAKE_FLT4(e[0], e[1], e[2], e[3]));
+o_write(K * i + 10, TO_FLT4(TO_INT4(a)) + SPLAT(TO_FLT(TO_INT(b.x))));
+o_write(K * i + 11, FMA(a, b, c));
+o_write(K * i + 12, a * b + c);
+o_write(K * i + 13, ATAN2(a, b));
+o_write(K * i + 14, MAKE_FLT4(PI_F32, BIG_NEG, INF_POS, TO_FLT(INT_DEF)));
+o_write(K * i + 15, MAKE_FLT4(EXP_DEF, 0.0f, 0.0f, 0.0f));
+FLT4 t = b;
+t.xz = a.zx;
+o_write(K * i + 16, t);
+#if K > 16
+o_write(K * i + 17, i % 2 == 0 ? clamp(a, -1.0f, 1.0f) : b);
+#endif
+"""
+
+
+def test_dialect_functions(backend):
+    e = np.float32(2.0**-12)
+    a = np.array([[5.5, -5.5, 7.0, -7.25], [0.5, 1.5, 2.5, -2.5], [0.49999997, -0.5, 3.0, 1e9],
+                  [1 + e, 16777215.0, -3.0, 0.0], [32.99565505981445, 89.4086685180664, -49.42863845825195, 1e7]],
+                 np.float32)
+    b = np.array([[2.0, 2.0, -3.0, 0.5], [0.5, 1.0, 3.0, -2.5], [0.1, 0.3, 3.0, 1e8],
+                  [1 + e, 3.0, 0.75, 1.0], [0.1021537333726883, 0.07891321182250977, 2.0595266819000244, 0.1]],
+                 np.float32)
+    # rows 0-3: signs, halves, ties; row 4: x / y rounds up to the next integer in float32
+    c = np.full(a.shape, -(1 + 2 * e), np.float32)
+    k = 18
+    defines = {"K": k, "PI_F32": np.pi, "BIG_NEG": -1.5e30, "INF_POS": float("inf"), "INT_DEF": -7,
+               "EXP_DEF": 1e-7}
+    spec = KernelSpec("dialect", DIALECT_BODY,
+                      [Arg("a", "in"), Arg("b", "in"), Arg("c", "in"), Arg("o", "out")], (5, 1, 1), defines)
+    bufs = [backend.alloc(5) for _ in range(3)] + [backend.alloc(5 * k)]
+    for buf, v in zip(bufs, (a, b, c)):
+        backend.upload(buf, v)
+    backend.compile(spec)(bufs)
+    o = backend.download(bufs[3]).reshape(5, k, 4)
+    with np.errstate(all="ignore"):
+        np.testing.assert_array_equal(o[:, 0], np.fmod(a, b))
+        np.testing.assert_array_equal(o[:, 1], np.fmod(a, b))
+        a64 = a.astype(np.float64)  # exact halves test: |a| + 0.5 is exact in float64
+        half_away = (np.sign(a64) * np.floor(np.abs(a64) + 0.5)).astype(np.float32)
+        np.testing.assert_array_equal(o[:, 2], half_away)
+        np.testing.assert_array_equal(o[:, 3, 0], half_away[:, 0])
+        np.testing.assert_array_equal(o[:, 3, 1:], np.rint(a[:, 1:]))
+        np.testing.assert_array_equal(o[:, 4], np.abs(a))
+        np.testing.assert_allclose(o[:, 5], 1 / np.sqrt(np.abs(b.astype(np.float64))), rtol=1e-6)
+        np.testing.assert_array_equal(o[:, 6], (a < b) + 2.0 * (a >= b) + 4.0 * (a == b) + 8.0 * (a != b))
+        np.testing.assert_array_equal(o[:, 7], (a <= b) + 2.0 * (a > b))
+        np.testing.assert_array_equal(o[:, 8], np.where(b < a, b, a))
+        np.testing.assert_array_equal(o[:, 9], a[:, ::-1])
+        np.testing.assert_array_equal(o[:, 10], np.trunc(a) + np.trunc(b[:, :1]))
+    # (1 + e)^2 - (1 + 2e) is e^2 exactly; rounding the product first loses it
+    fused = (a.astype(np.float64) * b + c).astype(np.float32)
+    unfused = a * b + c
+    assert fused[3, 0] == e * e and unfused[3, 0] == 0
+    np.testing.assert_array_equal(o[:, 11], fused if backend.name == "cl" else unfused)
+    np.testing.assert_array_equal(o[:, 12], unfused)  # plain arithmetic is never contracted
+    np.testing.assert_allclose(o[:, 13], np.arctan2(a, b), rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(o[0, 14], np.array([np.pi, -1.5e30, np.inf, -7], np.float32))
+    assert o[0, 15, 0] == np.float32(1e-7)
+    np.testing.assert_array_equal(o[:, 16], np.stack([a[:, 2], b[:, 1], a[:, 0], b[:, 3]], 1))
+    np.testing.assert_array_equal(o[:, 17], np.where(np.arange(5)[:, None] % 2 == 0, np.clip(a, -1, 1), b))
+
+
+def test_literals():
+    assert literal(3) == "3" and literal(-3) == "(-3)" and literal(True) == "1"
+    assert literal(0.1) == "0.1f" and literal(-2.5) == "(-2.5f)" and literal(1e-7) == "1e-07f"
+    assert literal(float("-inf")) == "(-INF_F)" and literal("x + 1") == "x + 1"
+    with pytest.raises(ValueError):
+        literal(2**31)
+    with pytest.raises(TypeError):
+        literal(None)
+
+
+def test_bad_specs_are_refused():
+    with pytest.raises(ValueError, match="role"):
+        Arg("x", "inout")
+    with pytest.raises(ValueError, match="identifier"):
+        Arg("gl_x", "in")
+    with pytest.raises(ValueError, match="identifier"):
+        KernelSpec("a__b", "", [], (1, 1, 1))
+    with pytest.raises(ValueError, match="clashes"):
+        KernelSpec("k", "", [Arg("x", "in", (1, 1, 1, 4))], (1, 1, 1), defines={"x_S": 2})
+    with pytest.raises(ValueError, match="grid"):
+        KernelSpec("k", "", [], (0, 1, 1))
+
+
+def test_wrong_buffers_are_refused(backend):
+    spec = KernelSpec("copy", "y_write(GID_X, x_read(GID_X));", [Arg("x", "in"), Arg("y", "out", (1, 1, 2, 4))],
+                      (2, 1, 1))
+    program = backend.compile(spec)
+    with pytest.raises(gd.DelegateError, match="takes 2 buffers"):
+        program([backend.alloc(2)])
+    with pytest.raises(gd.DelegateError, match="argument 'y' needs 2 vec4 of fp32"):
+        program([backend.alloc(2), backend.alloc(2, "fp16")])
+
+
+def _square_spec(value: float = 0.0) -> KernelSpec:
+    return KernelSpec("square", "y_write(GID_X, x_read(GID_X) * x_read(GID_X) + ADD);",
+                      [Arg("x", "in"), Arg("y", "out")], (3, 1, 1), {"ADD": value})
+
+
+def test_program_binary_round_trip(backend):
+    if backend.device_info().get("program_binary_formats") == 0:
+        pytest.skip("this GL driver keeps no program binaries (Mesa: shader cache disabled)")
+    program = backend.compile(_square_spec())
+    assert backend.compile(_square_spec()) is program  # compiled once per instance
+    binary = backend.program_binary(program)
+    fresh = create_backend(backend.name)  # a new instance has no program yet: it must load the binary
+    loaded = fresh.compile(_square_spec(), binary=binary)
+    x = np.arange(12, dtype=np.float32)
+    xb, yb = fresh.alloc(3), fresh.alloc(3)
+    fresh.upload(xb, x)
+    loaded([xb, yb])
+    np.testing.assert_array_equal(fresh.download(yb), x * x)
+    with pytest.raises(gd.DelegateError, match="another source"):
+        fresh.compile(_square_spec(1.0), binary=binary)
+    with pytest.raises(gd.DelegateError, match="corrupt"):
+        fresh.compile(_square_spec(2.0), binary=backend.program_binary(backend.compile(_square_spec(2.0)))[:-7])
+    with pytest.raises(gd.DelegateError, match="another source"):
+        fresh.compile(_square_spec(3.0), binary=b"not a binary")
+    fresh.close()
+
+
+def test_profiling_times_each_dispatch(backend):
+    be = create_backend(backend.name, profile=True)
+    program = be.compile(_square_spec())
+    xb, yb = be.alloc(3), be.alloc(3)
+    be.dispatch_all([(program, [xb, yb]), (program, [yb, xb])])
+    timings = be.take_timings()
+    assert [name for name, _ in timings] == ["square", "square"]
+    assert all(isinstance(ns, int) and ns > 0 for _, ns in timings)
+    assert be.take_timings() == []
+    be.close()
+
+
+def test_any_thread_may_call(backend):
+    """GL work runs on the context's own thread; CL serializes its calls: both are safe from any thread."""
+    program = backend.compile(_square_spec())
+
+    def work(k: int) -> np.ndarray:
+        xb, yb = backend.alloc(3), backend.alloc(3)
+        for _ in range(5):
+            backend.upload(xb, np.arange(12, dtype=np.float32) + k)
+            program([xb, yb])
+            out = backend.download(yb)
+        return out
+
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(work, range(4)))
+    for k in range(4):
+        x = np.arange(12, dtype=np.float32) + k
+        np.testing.assert_array_equal(results[k], x * x)
+
+
+def test_backend_created_on_another_thread():
+    made = []
+    thread = threading.Thread(target=lambda: made.append(create_backend("gl")))
+    try:
+        create_backend("gl")
+    except gd.DelegateError as e:
+        pytest.skip(f"OpenGL is not available here: {e}")
+    thread.start()
+    thread.join()
+    be = made[0]
+    x = np.arange(12, dtype=np.float32)
+    xb, yb = be.alloc(3), be.alloc(3)
+    be.upload(xb, x)
+    be.compile(_square_spec())([xb, yb])
+    np.testing.assert_array_equal(be.download(yb), x * x)
+    be.close()
+
+
+def test_device_info(backend):
+    info = backend.device_info()
+    for key in ("name", "vendor", "driver_version", "max_work_group_size", "max_work_group_dims", "has_fp16"):
+        assert key in info
+    assert backend.device_info() == info
+
+
+def test_opencl_build_options_keep_ieee_numerics():
+    for flag in ("-cl-fast-relaxed-math", "-cl-unsafe-math-optimizations", "-cl-finite-math-only",
+                 "-cl-denorms-are-zero", "-cl-mad-enable"):
+        assert flag not in opencl.BUILD_OPTIONS
+
+
+@pytest.mark.parametrize("grid", [(1, 1, 1), (7, 7, 256), (1000, 3, 1), (112, 112, 16), (3, 1, 1), (1, 1, 999)])
+def test_local_size_rule(grid):
+    info = {"preferred_work_group_size": 64, "max_work_group_size": 48, "max_work_group_dims": (16, 8, 4),
+            "compute_units": 2}
+    local = choose_local_size(grid, info)
+    assert np.prod(local) <= 48 and all(lsz <= d for lsz, d in zip(local, (16, 8, 4)))
+    # no dimension is wider than its grid rounded up to a power of two
+    assert all(lsz < 2 * g for lsz, g in zip(local, grid))
+    groups = np.prod([-(-g // lsz) for g, lsz in zip(grid, local)])
+    assert groups >= 4 or local == (1, 1, 1)
+
+
+def test_missing_devices_raise_delegate_error(monkeypatch):
+    monkeypatch.setattr(opencl.cl, "get_platforms", list)
+    with pytest.raises(gd.DelegateError, match="no OpenCL platform"):
+        opencl._make_context()
+    moderngl = pytest.importorskip("moderngl")
+
+    def no_egl(**kwargs):
+        raise RuntimeError("eglInitialize failed")
+
+    monkeypatch.setattr(moderngl, "create_context", no_egl)
+    with pytest.raises(gd.DelegateError, match="EGL context creation failed"):
+        opengl._Runtime()
+    with pytest.raises(ValueError, match="unknown GPU backend"):
+        create_backend("vulkan")
+
+
+def test_load_kernel_splits_helpers_and_prefers_the_api_file(tmp_path, monkeypatch):
+    from gpu_delegate.backends import codegen
+
+    monkeypatch.setattr(codegen, "_KERNEL_DIRS", (tmp_path,))
+    (tmp_path / "k.cl").write_text("float h(float v) { return v; }\n// @body\ny_write(0, SPLAT(h(1.0f)));\n")
+    (tmp_path / "k.gl.cl").write_text("y_write(0, vec4(1.0));\n")
+    assert codegen.load_kernel("k") == ("float h(float v) { return v; }\n", "y_write(0, SPLAT(h(1.0f)));\n")
+    assert codegen.load_kernel("k", "cl") == codegen.load_kernel("k")
+    assert codegen.load_kernel("k", "gl") == ("", "y_write(0, vec4(1.0));\n")
+    with pytest.raises(FileNotFoundError, match="nothing.cl"):
+        codegen.load_kernel("nothing")
+
+
+def test_auto_picks_a_working_backend():
+    try:
+        be = create_backend("auto")
+    except gd.DelegateError as e:
+        assert "no GPU backend is available" in str(e)
+        return
+    assert be.name in ("cl", "gl")
