@@ -18,7 +18,7 @@ def quantize_multiplier(real: float) -> tuple[int, int]:
     if real == 0.0:
         return 0, 0
     frac, shift = math.frexp(real)
-    q = int(round(frac * (1 << 31)))
+    q = int(math.copysign(math.floor(abs(frac) * (1 << 31) + 0.5), frac))  # halves away from zero, as TFLite
     if q == (1 << 31):
         q //= 2
         shift += 1
@@ -82,8 +82,9 @@ def activation_range(code: int, scale: float, zero_point: int, dtype: np.dtype) 
     """TFLite's CalculateActivationRangeQuantized: the clamp of a fused activation on the quantized grid."""
     qmin, qmax = dtype_range(dtype)
 
-    def q(x: float) -> int:
-        return zero_point + int(round(x / scale))
+    def q(x: float) -> int:  # as TFLite: divided in float32, halves rounded away from zero
+        v = float(np.float32(x) / np.float32(scale))
+        return zero_point + int(math.floor(v + 0.5) if v >= 0 else math.ceil(v - 0.5))
 
     if code == 1:  # RELU
         return max(qmin, q(0.0)), qmax

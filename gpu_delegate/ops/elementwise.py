@@ -1,0 +1,672 @@
+"""Elementwise ops: unary math and activations, CAST, binary arithmetic with numpy broadcasting,
+comparisons and logic, PRELU, ADD_N, SELECT and SELECT_V2.
+
+Float tensors compute in their own dtype. 8-bit quantized tensors follow TFLite's integer kernels: ADD, SUB,
+MUL, SQUARED_DIFFERENCE, PRELU and the comparisons in fixed point; every unary op through a 256-entry table
+holding, for each input code, what TFLite's kernel gives (its float lookup table, or its fixed-point formula
+for the RELUs, LEAKY_RELU and HARD_SWISH). What remains (16-bit tensors, DIV, POW, ...) is dequantized,
+computed in float and requantized.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import ClassVar
+
+import numpy as np
+
+from ..cpu.elementwise import (
+    add_sub_q8,
+    apply_lut,
+    codes,
+    compare_scaled_q8,
+    elu,
+    f32,
+    float_lut,
+    fused_clamp,
+    gelu,
+    hard_swish,
+    hard_swish_lut,
+    logistic,
+    mul_q8,
+    rescale,
+    round_half_away,
+    sqrt_lut,
+    squared_difference_q8,
+    truncate_divide,
+)
+from ..cpu.quant import activation_range, dequantize, dtype_range, quantize, quantize_multiplier
+from ..errors import ModelError
+from ..graph import Graph, Node, Tensor
+from .base import Op, broadcast_shape, prepared, register
+from .quantize import arity, check_type, is_quantized, per_tensor
+
+Shapes = list[tuple[int, ...] | None]
+_ACT = "fused_activation_function"
+
+
+def _same_type(node: Node, a: Tensor, b: Tensor) -> None:
+    if a.dtype != b.dtype or is_quantized(a) != is_quantized(b):
+        def kind(t: Tensor) -> str:
+            return f"{t.type_name or t.dtype}{' (quantized)' if is_quantized(t) else ''}"
+        raise ModelError(f"{node}: tensors {a.index} ({a.name!r}) and {b.index} ({b.name!r}) must have the "
+                         f"same type, are {kind(a)} and {kind(b)}")
+
+
+def _int_zero_check(node: Node, b: np.ndarray) -> None:
+    if b.dtype.kind in "iu" and np.any(b == 0):
+        raise ModelError(f"{node}: integer division by zero")
+
+
+# -- unary ----------------------------------------------------------------------------------------------
+
+class _Unary(Op):
+    ints: ClassVar[bool] = False  # also computes plain (non-quantized) integer tensors
+
+    @staticmethod
+    def compute(x: np.ndarray, attrs: dict) -> np.ndarray:
+        raise NotImplementedError
+
+    @classmethod
+    def check(cls, node: Node, graph: Graph) -> None:
+        arity(node, 1, 1)
+        x, y = graph.tensors[node.inputs[0]], graph.tensors[node.outputs[0]]
+        _same_type(node, x, y)
+        check_type(node, x, ints=cls.ints)
+        check_type(node, y, ints=cls.ints)
+
+    @staticmethod
+    def infer(node: Node, graph: Graph, shapes: Shapes) -> list[tuple[int, ...]]:
+        return [shapes[0]]
+
+    @classmethod
+    def run_cpu(cls, node: Node, graph: Graph, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
+        x = inputs[0]
+        tx, ty = graph.tensors[node.inputs[0]], graph.tensors[node.outputs[0]]
+        if is_quantized(tx):
+            qi, qo = tx.quant.scalar(), ty.quant.scalar()
+            if x.dtype.itemsize == 1:
+                table = prepared(graph, ("elementwise.lut", node.index), lambda: cls.table(node, qi, qo, x.dtype))
+                return [apply_lut(table, x, ty.dtype)]
+            with np.errstate(all="ignore"):
+                return [quantize(cls.compute(dequantize(x, *qi), node.attrs), *qo, ty.dtype)]
+        with np.errstate(all="ignore"):  # log(0), sqrt(-1): inf and nan, as TFLite gives them
+            return [cls.compute(x, node.attrs)]
+
+    @classmethod
+    def table(cls, node: Node, qi: tuple[float, int], qo: tuple[float, int], dtype: np.dtype) -> np.ndarray:
+        """The output code for every input code of an 8-bit tensor."""
+        return float_lut(lambda v: cls.compute(v, node.attrs), qi, qo, dtype)
+
+
+@register
+class Abs(_Unary):
+    name, ints = "ABS", True
+    compute = staticmethod(lambda x, attrs: np.abs(x))
+
+
+@register
+class Cos(_Unary):
+    name = "COS"
+    compute = staticmethod(lambda x, attrs: np.cos(x))
+
+
+@register
+class Exp(_Unary):
+    name = "EXP"
+    compute = staticmethod(lambda x, attrs: np.exp(x))
+
+
+@register
+class Floor(_Unary):
+    name = "FLOOR"
+    compute = staticmethod(lambda x, attrs: np.floor(x))
+
+
+@register
+class Log(_Unary):
+    name = "LOG"
+    compute = staticmethod(lambda x, attrs: np.log(x))
+
+
+@register
+class Neg(_Unary):
+    """TFLite negates 8-bit codes as plain integers, ignoring their quantization; so do we."""
+
+    name, ints = "NEG", True
+    compute = staticmethod(lambda x, attrs: np.negative(x))
+
+    @classmethod
+    def table(cls, node: Node, qi: tuple[float, int], qo: tuple[float, int], dtype: np.dtype) -> np.ndarray:
+        return (-codes(dtype)).astype(dtype).astype(np.int64)  # wraps, as C's int8 negation does
+
+
+@register
+class Rsqrt(_Unary):
+    name = "RSQRT"
+    compute = staticmethod(lambda x, attrs: 1 / np.sqrt(x))
+
+
+@register
+class Sin(_Unary):
+    name = "SIN"
+    compute = staticmethod(lambda x, attrs: np.sin(x))
+
+
+@register
+class Sqrt(_Unary):
+    name = "SQRT"
+    compute = staticmethod(lambda x, attrs: np.sqrt(x))
+
+    @classmethod
+    def table(cls, node: Node, qi: tuple[float, int], qo: tuple[float, int], dtype: np.dtype) -> np.ndarray:
+        return sqrt_lut(qi, qo, dtype)
+
+
+@register
+class Square(_Unary):
+    name, ints = "SQUARE", True
+    compute = staticmethod(lambda x, attrs: x * x)
+
+
+@register
+class Tanh(_Unary):
+    name = "TANH"
+    compute = staticmethod(lambda x, attrs: np.tanh(x))
+
+
+@register
+class Logistic(_Unary):
+    name = "LOGISTIC"
+    compute = staticmethod(lambda x, attrs: logistic(x))
+
+
+@register
+class Elu(_Unary):
+    name = "ELU"
+    compute = staticmethod(lambda x, attrs: elu(x))
+
+
+@register
+class Gelu(_Unary):
+    name = "GELU"
+    compute = staticmethod(lambda x, attrs: gelu(x, bool(attrs.get("approximate", False))))
+
+
+@register
+class HardSwish(_Unary):
+    name = "HARD_SWISH"
+    compute = staticmethod(lambda x, attrs: hard_swish(x))
+
+    @classmethod
+    def table(cls, node: Node, qi: tuple[float, int], qo: tuple[float, int], dtype: np.dtype) -> np.ndarray:
+        return hard_swish_lut(qi, qo, dtype)
+
+
+@register
+class Sign(_Unary):
+    name, ints = "SIGN", True
+    compute = staticmethod(lambda x, attrs: np.sign(x))
+
+
+class _ReluX(_Unary):
+    low: ClassVar[float] = 0.0
+    high: ClassVar[float] = math.inf
+
+    @classmethod
+    def compute(cls, x: np.ndarray, attrs: dict) -> np.ndarray:
+        return np.clip(x, cls.low, cls.high).astype(x.dtype)
+
+    @classmethod
+    def table(cls, node: Node, qi: tuple[float, int], qo: tuple[float, int], dtype: np.dtype) -> np.ndarray:
+        # TFLite's QuantizedReluX: rescale by s_in/s_out in fixed point, clamp at the quantized bounds
+        lo, hi = dtype_range(dtype)
+        act_lo = max(lo, qo[1] + int(round_half_away(f32(cls.low) / f32(qo[0]))))
+        act_hi = hi if cls.high == math.inf else min(hi, qo[1] + int(round_half_away(f32(cls.high) / f32(qo[0]))))
+        m, s = quantize_multiplier(float(f32(qi[0]) / f32(qo[0])))
+        return rescale(codes(dtype) - qi[1], m, s, qo[1], act_lo, act_hi)
+
+
+@register
+class Relu(_ReluX):
+    name = "RELU"
+
+
+@register
+class Relu6(_ReluX):
+    name, high = "RELU6", 6.0
+
+
+@register
+class ReluN1To1(_ReluX):
+    name, low, high = "RELU_N1_TO_1", -1.0, 1.0
+
+
+@register
+class LeakyRelu(_Unary):
+    name = "LEAKY_RELU"
+
+    @staticmethod
+    def compute(x: np.ndarray, attrs: dict) -> np.ndarray:
+        alpha = np.asarray(attrs.get("alpha", 0.2), x.dtype)
+        return np.where(x > 0, x, x * alpha).astype(x.dtype)
+
+    @classmethod
+    def table(cls, node: Node, qi: tuple[float, int], qo: tuple[float, int], dtype: np.dtype) -> np.ndarray:
+        # TFLite's QuantizeLeakyRelu: one fixed-point multiplier per side of zero (computed in float)
+        lo, hi = dtype_range(dtype)
+        alpha = f32(node.attrs.get("alpha", 0.2))
+        m_id, s_id = quantize_multiplier(float(f32(qi[0]) / f32(qo[0])))
+        m_a, s_a = quantize_multiplier(float(f32(qi[0]) * alpha / f32(qo[0])))
+        v = codes(dtype) - qi[1]
+        return np.where(v >= 0, rescale(v, m_id, s_id, qo[1], lo, hi), rescale(v, m_a, s_a, qo[1], lo, hi))
+
+
+@register
+class LogicalNot(Op):
+    name = "LOGICAL_NOT"
+
+    @staticmethod
+    def check(node: Node, graph: Graph) -> None:
+        arity(node, 1, 1)
+        for t in (node.inputs[0], node.outputs[0]):
+            check_type(node, graph.tensors[t], bools=True, floats=False, quantized=False)
+
+    @staticmethod
+    def infer(node: Node, graph: Graph, shapes: Shapes) -> list[tuple[int, ...]]:
+        return [shapes[0]]
+
+    @staticmethod
+    def run_cpu(node: Node, graph: Graph, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
+        return [np.logical_not(inputs[0])]
+
+
+@register
+class Cast(Op):
+    """Any numpy-castable pair; float -> integer truncates toward zero, x -> bool is x != 0."""
+
+    name = "CAST"
+
+    @staticmethod
+    def check(node: Node, graph: Graph) -> None:
+        arity(node, 1, 1)
+        for t in (node.inputs[0], node.outputs[0]):
+            check_type(node, graph.tensors[t], ints=True, bools=True)
+
+    @staticmethod
+    def infer(node: Node, graph: Graph, shapes: Shapes) -> list[tuple[int, ...]]:
+        return [shapes[0]]
+
+    @staticmethod
+    def run_cpu(node: Node, graph: Graph, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
+        x = inputs[0]
+        out = graph.tensors[node.outputs[0]].dtype
+        if out == np.bool_:
+            return [x != 0]
+        if x.dtype.kind == "c" and out.kind != "c":
+            x = x.real
+        with np.errstate(invalid="ignore"):
+            return [x.astype(out)]
+
+
+# -- binary ---------------------------------------------------------------------------------------------
+
+class _Binary(Op):
+    ints: ClassVar[bool] = True  # plain integer tensors allowed
+    quantized: ClassVar[bool] = True
+    floats: ClassVar[bool] = True
+    bools: ClassVar[bool] = False
+    to_bool: ClassVar[bool] = False  # comparisons: the output is bool
+    fused: ClassVar[bool] = False  # has fused_activation_function
+
+    @staticmethod
+    def compute(node: Node, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+    @classmethod
+    def check(cls, node: Node, graph: Graph) -> None:
+        arity(node, 2, 1)
+        a, b, y = (graph.tensors[t] for t in (*node.inputs, node.outputs[0]))
+        _same_type(node, a, b)
+        kinds = {"ints": cls.ints, "quantized": cls.quantized, "floats": cls.floats, "bools": cls.bools}
+        check_type(node, a, **kinds)
+        if cls.to_bool:
+            if y.dtype != np.bool_:
+                raise ModelError(f"{node}: output must be bool, is {y.type_name or y.dtype}")
+        else:
+            _same_type(node, a, y)
+            check_type(node, y, **kinds)
+        act = node.attrs.get(_ACT, 0) if cls.fused else 0
+        if not 0 <= act <= 5:
+            raise ModelError(f"{node}: unknown fused activation {act}")
+
+    @staticmethod
+    def infer(node: Node, graph: Graph, shapes: Shapes) -> list[tuple[int, ...]]:
+        return [broadcast_shape(shapes[0], shapes[1], node)]
+
+    @classmethod
+    def run_cpu(cls, node: Node, graph: Graph, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
+        a, b = inputs
+        ta, tb, ty = (graph.tensors[t] for t in (*node.inputs, node.outputs[0]))
+        if is_quantized(ta):
+            return [cls.run_quantized(node, a, b, ta.quant.scalar(), tb.quant.scalar(), ty)]
+        with np.errstate(all="ignore"):
+            y = cls.compute(node, a, b)
+        if cls.fused:
+            y = fused_clamp(y, node.attrs.get(_ACT, 0))
+        return [y]
+
+    @classmethod
+    def run_quantized(cls, node: Node, a: np.ndarray, b: np.ndarray, qa: tuple[float, int],
+                      qb: tuple[float, int], ty: Tensor) -> np.ndarray:
+        """Dequantize, compute in float, requantize (clamped to the fused activation's range)."""
+        with np.errstate(all="ignore"):
+            y = cls.compute(node, dequantize(a, *qa), dequantize(b, *qb))
+        if cls.to_bool:
+            return y
+        if cls.fused:
+            y = fused_clamp(y, node.attrs.get(_ACT, 0))
+        return quantize(y, *ty.quant.scalar(), ty.dtype)
+
+
+def _act_range(node: Node, ty: Tensor) -> tuple[int, int]:
+    scale, zp = ty.quant.scalar()
+    return activation_range(node.attrs.get(_ACT, 0), scale, zp, ty.dtype)
+
+
+@register
+class Add(_Binary):
+    name, fused = "ADD", True
+    compute = staticmethod(lambda node, a, b: np.add(a, b))
+
+    @classmethod
+    def run_quantized(cls, node, a, b, qa, qb, ty):
+        if ty.dtype.itemsize != 1:
+            return super().run_quantized(node, a, b, qa, qb, ty)
+        lo, hi = _act_range(node, ty)
+        return add_sub_q8(a, b, qa, qb, ty.quant.scalar(), cls.name == "SUB", lo, hi).astype(ty.dtype)
+
+
+@register
+class Sub(Add):
+    name = "SUB"
+    compute = staticmethod(lambda node, a, b: np.subtract(a, b))
+
+
+@register
+class Mul(_Binary):
+    name, fused = "MUL", True
+    compute = staticmethod(lambda node, a, b: np.multiply(a, b))
+
+    @classmethod
+    def run_quantized(cls, node, a, b, qa, qb, ty):
+        if ty.dtype.itemsize != 1:
+            return super().run_quantized(node, a, b, qa, qb, ty)
+        lo, hi = _act_range(node, ty)
+        return mul_q8(a, b, qa, qb, ty.quant.scalar(), lo, hi).astype(ty.dtype)
+
+
+@register
+class Div(_Binary):
+    name, fused = "DIV", True
+
+    @staticmethod
+    def compute(node: Node, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        if a.dtype.kind in "iu":
+            _int_zero_check(node, b)
+            return truncate_divide(a, b)
+        return np.divide(a, b)
+
+
+@register
+class Pow(_Binary):
+    name = "POW"
+
+    @staticmethod
+    def compute(node: Node, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        if b.dtype.kind in "iu" and np.any(b < 0):
+            raise ModelError(f"{node}: integer POW with a negative exponent")
+        return np.power(a, b)
+
+
+class _MinMax(_Binary):
+    @classmethod
+    def run_quantized(cls, node, a, b, qa, qb, ty):
+        if qa == qb == ty.quant.scalar():  # TFLite's case: all three share one quantization
+            return cls.compute(node, a, b)
+        return super().run_quantized(node, a, b, qa, qb, ty)
+
+
+@register
+class Maximum(_MinMax):
+    name = "MAXIMUM"
+    compute = staticmethod(lambda node, a, b: np.maximum(a, b))
+
+
+@register
+class Minimum(_MinMax):
+    name = "MINIMUM"
+    compute = staticmethod(lambda node, a, b: np.minimum(a, b))
+
+
+@register
+class SquaredDifference(_Binary):
+    name = "SQUARED_DIFFERENCE"
+
+    @staticmethod
+    def compute(node: Node, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        d = np.subtract(a, b)
+        return d * d
+
+    @classmethod
+    def run_quantized(cls, node, a, b, qa, qb, ty):
+        if ty.dtype != np.int8:
+            return super().run_quantized(node, a, b, qa, qb, ty)
+        return squared_difference_q8(a, b, qa, qb, ty.quant.scalar()).astype(ty.dtype)
+
+
+@register
+class FloorDiv(_Binary):
+    name = "FLOOR_DIV"
+
+    @staticmethod
+    def compute(node: Node, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        if a.dtype.kind in "iu":
+            _int_zero_check(node, b)
+            return np.floor_divide(a, b)
+        return np.floor(np.divide(a, b))
+
+
+@register
+class FloorMod(_Binary):
+    name = "FLOOR_MOD"
+
+    @staticmethod
+    def compute(node: Node, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        if a.dtype.kind in "iu":
+            _int_zero_check(node, b)
+        return np.mod(a, b)  # the result takes the divisor's sign, as TFLite's FloorMod
+
+
+class _Compare(_Binary):
+    to_bool, bools = True, True
+
+    @classmethod
+    def run_quantized(cls, node, a, b, qa, qb, ty):
+        if qa == qb:
+            return cls.compute(node, a, b)
+        if a.dtype.itemsize == 1:
+            return cls.compute(node, compare_scaled_q8(a, qa), compare_scaled_q8(b, qb))
+        return super().run_quantized(node, a, b, qa, qb, ty)
+
+
+@register
+class Equal(_Compare):
+    name = "EQUAL"
+    compute = staticmethod(lambda node, a, b: np.equal(a, b))
+
+
+@register
+class NotEqual(_Compare):
+    name = "NOT_EQUAL"
+    compute = staticmethod(lambda node, a, b: np.not_equal(a, b))
+
+
+@register
+class Greater(_Compare):
+    name, bools = "GREATER", False
+    compute = staticmethod(lambda node, a, b: np.greater(a, b))
+
+
+@register
+class GreaterEqual(_Compare):
+    name, bools = "GREATER_EQUAL", False
+    compute = staticmethod(lambda node, a, b: np.greater_equal(a, b))
+
+
+@register
+class Less(_Compare):
+    name, bools = "LESS", False
+    compute = staticmethod(lambda node, a, b: np.less(a, b))
+
+
+@register
+class LessEqual(_Compare):
+    name, bools = "LESS_EQUAL", False
+    compute = staticmethod(lambda node, a, b: np.less_equal(a, b))
+
+
+class _Logical(_Binary):
+    ints, quantized, floats, bools = False, False, False, True
+
+
+@register
+class LogicalAnd(_Logical):
+    name = "LOGICAL_AND"
+    compute = staticmethod(lambda node, a, b: np.logical_and(a, b))
+
+
+@register
+class LogicalOr(_Logical):
+    name = "LOGICAL_OR"
+    compute = staticmethod(lambda node, a, b: np.logical_or(a, b))
+
+
+# -- the rest -------------------------------------------------------------------------------------------
+
+@register
+class Prelu(Op):
+    """x if x >= 0 else alpha * x, alpha broadcast against x (per channel, usually)."""
+
+    name = "PRELU"
+
+    @staticmethod
+    def check(node: Node, graph: Graph) -> None:
+        arity(node, 2, 1)
+        x, alpha, y = (graph.tensors[t] for t in (*node.inputs, node.outputs[0]))
+        _same_type(node, x, alpha)
+        _same_type(node, x, y)
+        for t in (x, alpha, y):
+            check_type(node, t)
+        if is_quantized(x) and x.dtype.itemsize != 1:
+            raise ModelError(f"{node}: quantized PRELU needs int8 or uint8 tensors, has {x.dtype}")
+
+    @staticmethod
+    def infer(node: Node, graph: Graph, shapes: Shapes) -> list[tuple[int, ...]]:
+        return [broadcast_shape(shapes[0], shapes[1], node)]
+
+    @staticmethod
+    def run_cpu(node: Node, graph: Graph, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
+        x, alpha = inputs
+        tx, ta, ty = (graph.tensors[t] for t in (*node.inputs, node.outputs[0]))
+        if not is_quantized(tx):
+            return [np.where(x >= 0, x, x * alpha).astype(x.dtype)]
+        # TFLite's reference PRELU: s_x/s_y on the positive side, s_x*s_alpha/s_y on the negative side
+        (sx, zx), (sa, za), (so, zo) = tx.quant.scalar(), ta.quant.scalar(), ty.quant.scalar()
+        lo, hi = dtype_range(ty.dtype)
+        m1, s1 = quantize_multiplier(float(f32(sx) / f32(so)))
+        m2, s2 = quantize_multiplier(float(f32(sx) * f32(sa) / f32(so)))
+        v = x.astype(np.int64) - zx
+        pos = rescale(v, m1, s1, zo, lo, hi)
+        neg = rescale(v * (alpha.astype(np.int64) - za), m2, s2, zo, lo, hi)
+        return [np.where(v >= 0, pos, neg).astype(ty.dtype)]
+
+
+@register
+class AddN(Op):
+    name = "ADD_N"
+
+    @staticmethod
+    def check(node: Node, graph: Graph) -> None:
+        if not node.inputs:
+            raise ModelError(f"{node}: needs at least one input")
+        arity(node, len(node.inputs), 1)
+        first = graph.tensors[node.inputs[0]]
+        for t in (*node.inputs, node.outputs[0]):
+            _same_type(node, first, graph.tensors[t])
+            check_type(node, graph.tensors[t], ints=True, quantized=False)
+
+    @staticmethod
+    def infer(node: Node, graph: Graph, shapes: Shapes) -> list[tuple[int, ...]]:
+        for s in shapes[1:]:
+            if s != shapes[0]:
+                raise ModelError(f"{node}: all inputs must have one shape, got {[list(x) for x in shapes]}")
+        return [shapes[0]]
+
+    @staticmethod
+    def run_cpu(node: Node, graph: Graph, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
+        total = inputs[0].copy()
+        for x in inputs[1:]:
+            total += x  # in order, in the input dtype, as TFLite sums
+        return [total]
+
+
+@register
+class SelectV2(Op):
+    """condition ? x : y with numpy broadcasting of all three."""
+
+    name = "SELECT_V2"
+
+    @staticmethod
+    def check(node: Node, graph: Graph) -> None:
+        arity(node, 3, 1)
+        c, x, y, out = (graph.tensors[t] for t in (*node.inputs, node.outputs[0]))
+        if c.dtype != np.bool_:
+            raise ModelError(f"{node}: condition must be bool, is {c.type_name or c.dtype}")
+        _same_type(node, x, y)
+        _same_type(node, x, out)
+        if is_quantized(x) and per_tensor(node, x) != per_tensor(node, y):
+            raise ModelError(f"{node}: quantized x and y must share scale and zero point")
+        check_type(node, x, ints=True, bools=True)
+
+    @staticmethod
+    def infer(node: Node, graph: Graph, shapes: Shapes) -> list[tuple[int, ...]]:
+        return [broadcast_shape(shapes[0], broadcast_shape(shapes[1], shapes[2], node), node)]
+
+    @staticmethod
+    def run_cpu(node: Node, graph: Graph, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
+        c, x, y = inputs
+        return [np.where(c, x, y)]
+
+
+@register
+class Select(SelectV2):
+    """TFLite's SELECT: x and y of one shape; the condition has that shape too, or is a vector picking
+    whole rows along the first dimension (or a scalar)."""
+
+    name = "SELECT"
+
+    @staticmethod
+    def infer(node: Node, graph: Graph, shapes: Shapes) -> list[tuple[int, ...]]:
+        c, x, y = shapes
+        if x != y or not (c == x or len(c) == 0 or (len(c) == 1 and len(x) >= 1 and c[0] == x[0])):
+            raise ModelError(f"{node}: condition {list(c)}, x {list(x)} and y {list(y)} do not fit: x and y "
+                             "need one shape, the condition the same or a vector over x's first dimension")
+        return [x]
+
+    @staticmethod
+    def run_cpu(node: Node, graph: Graph, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
+        c, x, y = inputs
+        if c.ndim == 1 and x.ndim > 1:
+            c = c.reshape(c.shape + (1,) * (x.ndim - 1))
+        return [np.where(c, x, y)]

@@ -1,0 +1,168 @@
+"""QUANTIZE, DEQUANTIZE and DENSIFY, and the quantization checks the other op families share.
+
+Constants behind DEQUANTIZE and DENSIFY are converted once and memoized on the graph (``ops.base.prepared``
+under the keys of ``cpu.quantize.dequantized`` / ``cpu.quantize.densified``), so the GPU lowering can pick
+up the same arrays.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..cpu.quant import quantize
+from ..cpu.quantize import densified, dequantize_tensor, dequantized, requantize_q
+from ..dtypes import is_quantized_int
+from ..errors import ModelError
+from ..graph import Graph, Node, Tensor
+from .base import Op, input_count, register
+
+_FLOATS = (np.dtype(np.float32), np.dtype(np.float16))
+_UNCOMPUTABLE = ("STRING", "RESOURCE", "VARIANT", "BFLOAT16")
+
+
+def is_quantized(t: Tensor) -> bool:
+    """An 8- or 16-bit integer tensor carrying a scale: its values stand for scale * (q - zero_point)."""
+    return t.quant is not None and is_quantized_int(t.dtype)
+
+
+def arity(node: Node, n_in: int, n_out: int) -> None:
+    """Exactly ``n_in`` inputs, none of them omitted (-1), and ``n_out`` outputs."""
+    input_count(node, n_in)
+    if -1 in node.inputs:
+        raise ModelError(f"{node}: input {node.inputs.index(-1)} is omitted, but {node.op} needs it")
+    if len(node.outputs) != n_out:
+        raise ModelError(f"{node}: expects {n_out} output{'s' if n_out > 1 else ''}, has {len(node.outputs)}")
+
+
+def per_tensor(node: Node, t: Tensor) -> tuple[float, int]:
+    """(scale, zero_point) of a per-tensor quantized tensor; a ModelError for anything else."""
+    if t.quant is None:
+        raise ModelError(f"{node}: tensor {t.index} ({t.name!r}) is {t.dtype} without quantization parameters")
+    if t.quant.per_channel:
+        raise ModelError(f"{node}: tensor {t.index} ({t.name!r}) is quantized per channel; {node.op} needs "
+                         "one scale and zero point")
+    scale, zp = t.quant.scalar()
+    if not scale > 0:
+        raise ModelError(f"{node}: tensor {t.index} ({t.name!r}) has quantization scale {scale}, not > 0")
+    lo, hi = np.iinfo(t.dtype).min, np.iinfo(t.dtype).max
+    if not lo <= zp <= hi:
+        raise ModelError(f"{node}: tensor {t.index} ({t.name!r}) has zero point {zp} outside {t.dtype}")
+    return scale, zp
+
+
+def check_type(node: Node, t: Tensor, *, ints: bool = False, quantized: bool = True, floats: bool = True,
+               bools: bool = False) -> None:
+    """Raise a ModelError unless ``t`` is of a kind the op computes: float, quantized 8/16-bit (checked
+    per tensor), plain integers, bool."""
+    dt = t.dtype
+    if t.type_name in _UNCOMPUTABLE:
+        ok = False
+    elif dt.kind == "f":
+        ok = floats
+    elif dt.kind == "b":
+        ok = bools
+    elif is_quantized(t):
+        ok = quantized
+        if ok:
+            per_tensor(node, t)
+    else:
+        ok = ints and dt.kind in "iu"
+    if not ok:
+        kind = t.type_name or str(dt)
+        raise ModelError(f"{node}: tensor {t.index} ({t.name!r}) is {kind}{' (quantized)' if is_quantized(t) else ''},"
+                         f" which {node.op} does not support")
+
+
+@register
+class Quantize(Op):
+    """float -> int8/uint8/int16 (per tensor or per channel), or 8/16-bit -> 8/16-bit requantization."""
+
+    name = "QUANTIZE"
+
+    @staticmethod
+    def check(node: Node, graph: Graph) -> None:
+        arity(node, 1, 1)
+        x, y = graph.tensors[node.inputs[0]], graph.tensors[node.outputs[0]]
+        if not is_quantized_int(y.dtype) or y.quant is None:
+            raise ModelError(f"{node}: output must be a quantized int8/uint8/int16 tensor, is "
+                             f"{y.type_name or y.dtype}{'' if y.quant else ' without quantization'}")
+        if x.dtype in _FLOATS:
+            if y.quant.per_channel and not (0 <= y.quant.axis < len(y.shape)):
+                raise ModelError(f"{node}: per-channel axis {y.quant.axis} is outside the output's rank")
+            return
+        if not is_quantized(x):
+            raise ModelError(f"{node}: input must be float32/float16 or a quantized integer tensor, is "
+                             f"{x.type_name or x.dtype}")
+        per_tensor(node, x)
+        per_tensor(node, y)
+
+    @staticmethod
+    def infer(node: Node, graph: Graph, shapes: list[tuple[int, ...] | None]) -> list[tuple[int, ...]]:
+        return [shapes[0]]
+
+    @staticmethod
+    def run_cpu(node: Node, graph: Graph, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
+        x = inputs[0]
+        tx, ty = graph.tensors[node.inputs[0]], graph.tensors[node.outputs[0]]
+        if x.dtype.kind == "f":
+            q = ty.quant
+            axis = q.axis if q.per_channel else None
+            return [quantize(x.astype(np.float32), q.scale, q.zero_point, ty.dtype, axis)]
+        return [requantize_q(x, tx.quant.scalar(), ty.quant.scalar(), ty.dtype)]
+
+
+@register
+class Dequantize(Op):
+    """int8/uint8/int16 (per tensor or per channel) or float16 -> float32."""
+
+    name = "DEQUANTIZE"
+
+    @staticmethod
+    def check(node: Node, graph: Graph) -> None:
+        arity(node, 1, 1)
+        x, y = graph.tensors[node.inputs[0]], graph.tensors[node.outputs[0]]
+        if y.dtype != np.float32:
+            raise ModelError(f"{node}: output must be float32, is {y.type_name or y.dtype}")
+        if x.dtype == np.float16:
+            return
+        if not is_quantized_int(x.dtype) or x.quant is None:
+            raise ModelError(f"{node}: input must be float16 or a quantized int8/uint8/int16 tensor, is "
+                             f"{x.type_name or x.dtype}{'' if x.quant else ' without quantization'}")
+        if x.quant.per_channel and not (0 <= x.quant.axis < len(x.shape)):
+            raise ModelError(f"{node}: per-channel axis {x.quant.axis} is outside the input's rank")
+
+    @staticmethod
+    def infer(node: Node, graph: Graph, shapes: list[tuple[int, ...] | None]) -> list[tuple[int, ...]]:
+        return [shapes[0]]
+
+    @staticmethod
+    def run_cpu(node: Node, graph: Graph, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
+        t = node.inputs[0]
+        if graph.tensors[t].is_const:
+            return [dequantized(graph, t)]
+        return [dequantize_tensor(inputs[0], graph.tensors[t])]
+
+
+@register
+class Densify(Op):
+    """A sparse constant (TFLite's sparsity format) -> its dense tensor."""
+
+    name = "DENSIFY"
+
+    @staticmethod
+    def check(node: Node, graph: Graph) -> None:
+        arity(node, 1, 1)
+        x, y = graph.tensors[node.inputs[0]], graph.tensors[node.outputs[0]]
+        if not x.is_const or x.sparsity is None:
+            raise ModelError(f"{node}: input {x.index} ({x.name!r}) must be a sparse constant tensor")
+        if x.dtype != y.dtype:
+            raise ModelError(f"{node}: input is {x.dtype}, output is {y.dtype}; they must match")
+        densified(graph, x.index, str(node))  # validates the sparsity metadata once, at load
+
+    @staticmethod
+    def infer(node: Node, graph: Graph, shapes: list[tuple[int, ...] | None]) -> list[tuple[int, ...]]:
+        return [graph.tensors[node.inputs[0]].shape]
+
+    @staticmethod
+    def run_cpu(node: Node, graph: Graph, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
+        return [densified(graph, node.inputs[0], str(node))]

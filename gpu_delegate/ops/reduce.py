@@ -1,0 +1,367 @@
+"""Reductions: MEAN, SUM, REDUCE_MAX/MIN/PROD/ANY/ALL, ARG_MAX/ARG_MIN, SOFTMAX, LOG_SOFTMAX, CUMSUM, TOPK_V2.
+
+The axis (or k) input is usually a constant; when it is not, output shapes are known only once the node
+has run, so ``infer`` says it cannot tell (NotImplementedError) and the interpreter keeps the file's shape.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import numpy as np
+
+from ..cpu.quant import dequantize, quantize
+from ..cpu.quantize import requantize_q
+from ..cpu.reduce import cumsum, log_softmax, mean_q, softmax, softmax_q8, sum_q, top_k, trunc_divide
+from ..errors import ModelError
+from ..graph import Graph, Node
+from .base import Op, register
+from .quantize import arity, check_type, is_quantized
+
+Shapes = list[tuple[int, ...] | None]
+
+
+def _axis_data(node: Node, graph: Graph, inputs: list[np.ndarray | None] | None = None) -> np.ndarray:
+    """Input 1's values: from the running graph when given, else the constant (NotImplementedError if
+    it is not one: the shape is dynamic)."""
+    if inputs is not None:
+        return np.asarray(inputs[1])
+    t = graph.tensors[node.inputs[1]]
+    if not t.is_const:
+        raise NotImplementedError
+    return t.data
+
+
+def _check_index_input(node: Node, graph: Graph, what: str) -> None:
+    t = graph.tensors[node.inputs[1]]
+    if t.dtype not in (np.int32, np.int64):
+        raise ModelError(f"{node}: {what} (input 1) must be int32 or int64, is {t.type_name or t.dtype}")
+
+
+def resolve_axes(node: Node, raw: np.ndarray, rank: int) -> tuple[int, ...]:
+    """Axes in [0, rank), negatives wrapped, duplicates dropped (first occurrence wins), as TFLite."""
+    out: list[int] = []
+    for a in np.asarray(raw).reshape(-1).tolist():
+        c = a + rank if a < 0 else a
+        if not 0 <= c < rank:
+            raise ModelError(f"{node}: axis {a} is out of range for a rank-{rank} input")
+        if c not in out:
+            out.append(c)
+    return tuple(out)
+
+
+def _single_axis(node: Node, raw: np.ndarray, rank: int) -> int:
+    if np.asarray(raw).size != 1:
+        raise ModelError(f"{node}: axis must be one value, got {np.asarray(raw).reshape(-1).tolist()}")
+    return resolve_axes(node, raw, rank)[0]
+
+
+def _reduced_shape(shape: tuple[int, ...], axes: tuple[int, ...], keep: bool) -> tuple[int, ...]:
+    if keep:
+        return tuple(1 if i in axes else d for i, d in enumerate(shape))
+    return tuple(d for i, d in enumerate(shape) if i not in axes)
+
+
+class _Reduce(Op):
+    bools: ClassVar[bool] = False
+    numeric: ClassVar[bool] = True
+
+    @classmethod
+    def check(cls, node: Node, graph: Graph) -> None:
+        arity(node, 2, 1)
+        _check_index_input(node, graph, "axis")
+        x, y = graph.tensors[node.inputs[0]], graph.tensors[node.outputs[0]]
+        kinds = {"bools": cls.bools, "ints": cls.numeric, "floats": cls.numeric, "quantized": cls.numeric}
+        check_type(node, x, **kinds)
+        check_type(node, y, **kinds)
+        if x.dtype != y.dtype:
+            raise ModelError(f"{node}: input is {x.dtype}, output is {y.dtype}; they must match")
+        axis = graph.tensors[node.inputs[1]]
+        if axis.is_const:
+            resolve_axes(node, axis.data, len(x.shape))
+
+    @staticmethod
+    def infer(node: Node, graph: Graph, shapes: Shapes) -> list[tuple[int, ...]]:
+        axes = resolve_axes(node, _axis_data(node, graph), len(shapes[0]))
+        return [_reduced_shape(shapes[0], axes, bool(node.attrs.get("keep_dims", False)))]
+
+    @staticmethod
+    def macs(node: Node, graph: Graph) -> int:
+        return graph.tensors[node.inputs[0]].size
+
+    @classmethod
+    def run_cpu(cls, node: Node, graph: Graph, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
+        x = inputs[0]
+        axes = resolve_axes(node, _axis_data(node, graph, inputs), x.ndim)
+        keep = bool(node.attrs.get("keep_dims", False))
+        tx, ty = graph.tensors[node.inputs[0]], graph.tensors[node.outputs[0]]
+        if is_quantized(tx):
+            qi, qo = tx.quant.scalar(), ty.quant.scalar()
+            return [cls.reduce_quantized(x, axes, keep, qi, qo)]
+        with np.errstate(all="ignore"):
+            return [np.asarray(cls.reduce(x, axes, keep), x.dtype)]
+
+    @classmethod
+    def reduce(cls, x: np.ndarray, axes: tuple[int, ...], keep: bool) -> np.ndarray:
+        raise NotImplementedError
+
+    @classmethod
+    def reduce_quantized(cls, x: np.ndarray, axes: tuple[int, ...], keep: bool, qi: tuple[float, int],
+                         qo: tuple[float, int]) -> np.ndarray:
+        """Default: dequantize, reduce in float, requantize."""
+        with np.errstate(all="ignore"):
+            y = cls.reduce(dequantize(x, *qi), axes, keep)
+        return quantize(np.asarray(y), *qo, x.dtype)
+
+
+@register
+class Mean(_Reduce):
+    name = "MEAN"
+
+    @classmethod
+    def reduce(cls, x, axes, keep):
+        if x.dtype.kind in "iu":  # integer mean: an int64 sum divided as C divides
+            n = int(np.prod([x.shape[a] for a in axes], dtype=np.int64))
+            return trunc_divide(x.sum(axis=axes, keepdims=keep, dtype=np.int64), max(n, 1))
+        return np.mean(x, axis=axes, keepdims=keep, dtype=x.dtype)
+
+    @classmethod
+    def reduce_quantized(cls, x, axes, keep, qi, qo):
+        return mean_q(x, axes, keep, qi, qo)
+
+
+@register
+class Sum(_Reduce):
+    name = "SUM"
+
+    @classmethod
+    def reduce(cls, x, axes, keep):
+        return np.sum(x, axis=axes, keepdims=keep, dtype=x.dtype)
+
+    @classmethod
+    def reduce_quantized(cls, x, axes, keep, qi, qo):
+        return sum_q(x, axes, keep, qi, qo)
+
+
+@register
+class ReduceProd(_Reduce):
+    name = "REDUCE_PROD"
+
+    @classmethod
+    def reduce(cls, x, axes, keep):
+        return np.prod(x, axis=axes, keepdims=keep, dtype=x.dtype)
+
+
+class _Extreme(_Reduce):
+    @classmethod
+    def reduce_quantized(cls, x, axes, keep, qi, qo):
+        # dequantization is increasing, so the extreme code is the code of the extreme value
+        y = cls.reduce(x, axes, keep)
+        return y if qi == qo else requantize_q(y, qi, qo, x.dtype)
+
+
+@register
+class ReduceMax(_Extreme):
+    name = "REDUCE_MAX"
+
+    @classmethod
+    def reduce(cls, x, axes, keep):
+        return np.max(x, axis=axes, keepdims=keep) if x.size else np.full(
+            _reduced_shape(x.shape, axes, keep), _lowest(x.dtype), x.dtype)
+
+
+@register
+class ReduceMin(_Extreme):
+    name = "REDUCE_MIN"
+
+    @classmethod
+    def reduce(cls, x, axes, keep):
+        return np.min(x, axis=axes, keepdims=keep) if x.size else np.full(
+            _reduced_shape(x.shape, axes, keep), _highest(x.dtype), x.dtype)
+
+
+def _lowest(dtype: np.dtype):
+    return -np.inf if dtype.kind == "f" else np.iinfo(dtype).min
+
+
+def _highest(dtype: np.dtype):
+    return np.inf if dtype.kind == "f" else np.iinfo(dtype).max
+
+
+@register
+class ReduceAny(_Reduce):
+    name, bools, numeric = "REDUCE_ANY", True, False
+
+    @classmethod
+    def reduce(cls, x, axes, keep):
+        return np.any(x, axis=axes, keepdims=keep)
+
+
+@register
+class ReduceAll(_Reduce):
+    name, bools, numeric = "REDUCE_ALL", True, False
+
+    @classmethod
+    def reduce(cls, x, axes, keep):
+        return np.all(x, axis=axes, keepdims=keep)
+
+
+class _Arg(Op):
+    @staticmethod
+    def check(node: Node, graph: Graph) -> None:
+        arity(node, 2, 1)
+        _check_index_input(node, graph, "axis")
+        check_type(node, graph.tensors[node.inputs[0]], ints=True, bools=True)
+        y = graph.tensors[node.outputs[0]]
+        if y.dtype not in (np.int32, np.int64, np.int16):
+            raise ModelError(f"{node}: output must be int32 or int64, is {y.type_name or y.dtype}")
+
+    @staticmethod
+    def infer(node: Node, graph: Graph, shapes: Shapes) -> list[tuple[int, ...]]:
+        axis = _single_axis(node, _axis_data(node, graph), len(shapes[0]))
+        return [_reduced_shape(shapes[0], (axis,), False)]
+
+    @staticmethod
+    def macs(node: Node, graph: Graph) -> int:
+        return graph.tensors[node.inputs[0]].size
+
+    @classmethod
+    def run_cpu(cls, node: Node, graph: Graph, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
+        x = inputs[0]
+        axis = _single_axis(node, _axis_data(node, graph, inputs), x.ndim)
+        if x.shape[axis] == 0:
+            raise ModelError(f"{node}: cannot pick from an empty axis {axis} of shape {list(x.shape)}")
+        return [cls.pick(x, axis).astype(graph.tensors[node.outputs[0]].dtype)]
+
+    @staticmethod
+    def pick(x: np.ndarray, axis: int) -> np.ndarray:
+        raise NotImplementedError
+
+
+@register
+class ArgMax(_Arg):
+    name = "ARG_MAX"
+    pick = staticmethod(lambda x, axis: np.argmax(x, axis=axis))
+
+
+@register
+class ArgMin(_Arg):
+    name = "ARG_MIN"
+    pick = staticmethod(lambda x, axis: np.argmin(x, axis=axis))
+
+
+class _LastAxis(Op):
+    """SOFTMAX and LOG_SOFTMAX: over the last axis, same shape out."""
+
+    @staticmethod
+    def check(node: Node, graph: Graph) -> None:
+        arity(node, 1, 1)
+        x, y = graph.tensors[node.inputs[0]], graph.tensors[node.outputs[0]]
+        check_type(node, x)
+        check_type(node, y)
+        if len(x.shape) < 1:
+            raise ModelError(f"{node}: input must have at least one dimension")
+        if is_quantized(x) != is_quantized(y) or (x.dtype.kind == "f") != (y.dtype.kind == "f"):
+            raise ModelError(f"{node}: input {x.dtype} and output {y.dtype} must both be float or both quantized")
+
+    @staticmethod
+    def infer(node: Node, graph: Graph, shapes: Shapes) -> list[tuple[int, ...]]:
+        return [shapes[0]]
+
+
+@register
+class Softmax(_LastAxis):
+    name = "SOFTMAX"
+
+    @staticmethod
+    def run_cpu(node: Node, graph: Graph, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
+        x = inputs[0]
+        beta = float(node.attrs.get("beta", 1.0))
+        tx, ty = graph.tensors[node.inputs[0]], graph.tensors[node.outputs[0]]
+        if not is_quantized(tx):
+            return [softmax(x, beta)]
+        qi, qo = tx.quant.scalar(), ty.quant.scalar()
+        if x.dtype.itemsize == 1:
+            return [softmax_q8(x, qi[0], beta, qo, ty.dtype)]
+        return [quantize(softmax(dequantize(x, *qi), beta), *qo, ty.dtype)]
+
+
+@register
+class LogSoftmax(_LastAxis):
+    name = "LOG_SOFTMAX"
+
+    @staticmethod
+    def run_cpu(node: Node, graph: Graph, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
+        x = inputs[0]
+        tx, ty = graph.tensors[node.inputs[0]], graph.tensors[node.outputs[0]]
+        with np.errstate(divide="ignore"):
+            if not is_quantized(tx):
+                return [log_softmax(x)]
+            return [quantize(log_softmax(dequantize(x, *tx.quant.scalar())), *ty.quant.scalar(), ty.dtype)]
+
+
+@register
+class Cumsum(Op):
+    name = "CUMSUM"
+
+    @staticmethod
+    def check(node: Node, graph: Graph) -> None:
+        arity(node, 2, 1)
+        _check_index_input(node, graph, "axis")
+        x, y = graph.tensors[node.inputs[0]], graph.tensors[node.outputs[0]]
+        check_type(node, x, ints=True, quantized=False)
+        if x.dtype != y.dtype:
+            raise ModelError(f"{node}: input is {x.dtype}, output is {y.dtype}; they must match")
+
+    @staticmethod
+    def infer(node: Node, graph: Graph, shapes: Shapes) -> list[tuple[int, ...]]:
+        return [shapes[0]]
+
+    @staticmethod
+    def macs(node: Node, graph: Graph) -> int:
+        return graph.tensors[node.inputs[0]].size
+
+    @staticmethod
+    def run_cpu(node: Node, graph: Graph, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
+        x = inputs[0]
+        axis = _single_axis(node, _axis_data(node, graph, inputs), x.ndim)
+        return [cumsum(x, axis, bool(node.attrs.get("exclusive", False)), bool(node.attrs.get("reverse", False)))]
+
+
+@register
+class TopKV2(Op):
+    name = "TOPK_V2"
+
+    @staticmethod
+    def check(node: Node, graph: Graph) -> None:
+        arity(node, 2, 2)
+        _check_index_input(node, graph, "k")
+        x, values, indices = graph.tensors[node.inputs[0]], *(graph.tensors[t] for t in node.outputs)
+        check_type(node, x, ints=True)
+        if values.dtype != x.dtype:
+            raise ModelError(f"{node}: values output is {values.dtype}, the input {x.dtype}; they must match")
+        if indices.dtype not in (np.int16, np.int32, np.int64):
+            raise ModelError(f"{node}: indices output must be an integer type, is {indices.dtype}")
+        if len(x.shape) < 1:
+            raise ModelError(f"{node}: input must have at least one dimension")
+
+    @staticmethod
+    def _k(node: Node, k: np.ndarray, n: int) -> int:
+        if k.size != 1 or not 0 <= int(k.reshape(-1)[0]) <= n:
+            raise ModelError(f"{node}: k must be one value in 0..{n}, got {k.reshape(-1).tolist()}")
+        return int(k.reshape(-1)[0])
+
+    @staticmethod
+    def infer(node: Node, graph: Graph, shapes: Shapes) -> list[tuple[int, ...]]:
+        k = TopKV2._k(node, _axis_data(node, graph), shapes[0][-1])
+        return [shapes[0][:-1] + (k,)] * 2
+
+    @staticmethod
+    def macs(node: Node, graph: Graph) -> int:
+        return graph.tensors[node.inputs[0]].size
+
+    @staticmethod
+    def run_cpu(node: Node, graph: Graph, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
+        x = inputs[0]
+        values, indices = top_k(x, TopKV2._k(node, _axis_data(node, graph, inputs), x.shape[-1]))
+        return [values, indices.astype(graph.tensors[node.outputs[1]].dtype)]
