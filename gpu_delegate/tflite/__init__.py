@@ -3,4 +3,4 @@
 from .reader import read_model
 from .writer import ModelBuilder
 
-__all__ = ["read_model", "ModelBuilder"]
+__all__ = ["ModelBuilder", "read_model"]

@@ -23,7 +23,9 @@ _OPTIONS_OVERRIDES = {
     "MEAN": "ReducerOptions", "SUM": "ReducerOptions", "REDUCE_MAX": "ReducerOptions",
     "REDUCE_MIN": "ReducerOptions", "REDUCE_PROD": "ReducerOptions", "REDUCE_ANY": "ReducerOptions",
     "REDUCE_ALL": "ReducerOptions", "LESS_EQUAL": "LessEqualOptions", "CONCATENATION": "ConcatenationOptions",
-    "RESIZE_NEAREST_NEIGHBOR": "ResizeNearestNeighborOptions",
+    "RESIZE_NEAREST_NEIGHBOR": "ResizeNearestNeighborOptions", "L2_NORMALIZATION": "L2NormOptions",
+    "MAXIMUM": "MaximumMinimumOptions", "MINIMUM": "MaximumMinimumOptions",
+    "UNIDIRECTIONAL_SEQUENCE_RNN": "SequenceRNNOptions",
 }
 _OPTIONS_BY_KEY = {name.upper(): name for name in OPTIONS_CODES}
 
@@ -39,12 +41,12 @@ def snake_case(camel: str) -> str:
     return re.sub(r"(?<=[a-z0-9])([A-Z])|(?<=[A-Z])([A-Z])(?=[a-z])", r"_\1\2", camel).lower()
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def options_module(type_name: str):
     return importlib.import_module(f"tflite.{type_name}")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def options_fields(type_name: str) -> tuple[tuple[str, str, bool], ...]:
     """(snake_name, getter, is_vector) for each scalar or vector field of an options table."""
     cls = getattr(options_module(type_name), type_name)
