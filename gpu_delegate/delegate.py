@@ -29,6 +29,10 @@ class DelegateKernel:
         output's dtype and shape)."""
         raise NotImplementedError
 
+    def free(self) -> None:
+        """Called once when the interpreter drops the kernel (it is deleted, or re-delegates its graph after a
+        resize): release device memory and other resources here, not in ``__del__``."""
+
 
 class SimpleDelegate:
     name: str = "SimpleDelegate"
@@ -45,3 +49,10 @@ class SimpleDelegate:
     def partition_weight(self, nodes: list[Node], graph: Graph) -> float:
         """How much a partition is worth delegating; partitions with the largest weight are kept."""
         return float(len(nodes))
+
+    def _get_native_delegate_pointer(self) -> int:
+        """The address of a TfLiteDelegate that runs this delegate inside LiteRT's own interpreter:
+        ``ai_edge_litert.interpreter.Interpreter(..., experimental_delegates=[delegate])`` calls this."""
+        from .litert import native_delegate_pointer
+
+        return native_delegate_pointer(self)

@@ -49,6 +49,12 @@ C_API_TO_NUMPY: dict[int, np.dtype] = {
 }
 NUMPY_TO_C_API = {v: k for k, v in C_API_TO_NUMPY.items()}
 
+# TfLiteType -> schema TensorType, for every type both know (incl. those numpy cannot hold: STRING, INT4, ...).
+C_API_TO_SCHEMA: dict[int, int] = {
+    1: 0, 2: 2, 3: 3, 4: 4, 5: 5, 6: 6, 7: 7, 8: 8, 9: 9, 10: 1, 11: 10, 12: 11, 13: 12, 14: 13, 15: 14,
+    16: 15, 17: 16, 18: 17, 19: 18,
+}
+
 
 def is_quantized_int(dtype: np.dtype) -> bool:
     return dtype in (np.dtype(np.int8), np.dtype(np.uint8), np.dtype(np.int16))

@@ -140,6 +140,13 @@ class GpuKernel(DelegateKernel):
             self.runner = PlanRunner.create(self.delegate, self.graph, self.nodes, self.inputs, self.outputs, shapes)
         self.prepared_shapes = shapes
 
+    def free(self) -> None:
+        if self.runner is not None:
+            with self.delegate.lock:
+                self.runner.close()
+            self.runner = None
+            self.prepared_shapes = None
+
     def infer_shapes(self, input_shapes: dict[int, tuple[int, ...]]) -> dict[int, tuple[int, ...]]:
         shapes = {t.index: t.shape for t in self.graph.tensors if t.data is not None}
         shapes.update(input_shapes)

@@ -106,7 +106,13 @@ class Interpreter:
             if op is None:
                 raise ModelError(f"{self._source}: {node} uses op {node.op}, which no kernel implements"
                                  + (f" and no delegate took ({why_not[node.index]})" if node.index in why_not else ""))
-            op.check(node, graph)
+            try:
+                op.check(node, graph)
+            except ModelError:
+                raise
+            except (ValueError, IndexError, ZeroDivisionError, TypeError, AttributeError, OverflowError) as e:
+                # a check tripping over a malformed node (say an omitted required input): name the node
+                raise ModelError(f"{self._source}: {node} is malformed: {type(e).__name__}: {e}") from None
         if self._delegates:
             n_gpu = len(taken)
             log.info("%d operations will run on the delegate, and the remaining %d operations will run on the CPU",
@@ -190,8 +196,9 @@ class Interpreter:
                     continue
                 except ModelError:
                     raise
-                except (ValueError, IndexError, ZeroDivisionError) as e:
-                    raise ModelError(f"{self._source}: {node}: cannot infer output shapes ({e})") from None
+                except (ValueError, IndexError, ZeroDivisionError, TypeError, AttributeError, OverflowError) as e:
+                    raise ModelError(f"{self._source}: {node}: cannot infer output shapes "
+                                     f"({type(e).__name__}: {e})") from None
                 for t, s in zip(node.outputs, out):
                     shapes[t] = tuple(int(d) for d in s)
             for t, shape in enumerate(shapes):
@@ -210,6 +217,9 @@ class Interpreter:
                 self._reset_variables()
             for step in self._steps:
                 if isinstance(step, _Delegated):
+                    for t in step.partition.inputs:  # read by prepare for their shapes; CPU nodes have not run
+                        if self._values[t] is None or self._values[t].shape != shapes[t]:
+                            self._values[t] = np.zeros(shapes[t], self._graph.tensors[t].dtype)
                     step.kernel.prepare(_TensorView(self._values))
             self._allocated = True
 
@@ -279,7 +289,7 @@ class Interpreter:
                     outs = op.run_cpu(node, graph, ins)
                 except ModelError:
                     raise
-                except (ValueError, IndexError, ZeroDivisionError, TypeError, OverflowError) as e:
+                except (ValueError, IndexError, ZeroDivisionError, TypeError, AttributeError, OverflowError) as e:
                     # a kernel tripping over shapes or values the loader could not rule out: say where
                     raise ModelError(f"{self._source}: {node} cannot run: {type(e).__name__}: {e}") from None
                 for t, v in zip(node.outputs, outs):

@@ -41,10 +41,11 @@ def postop_helpers(postops: list[PostOp], dst_channels: int) -> str:
     return "\n".join(lines) + "\n"
 
 
-def kernel_spec(call: KernelCall, plan: Plan, precision: str) -> tuple[KernelSpec, list[tuple[str, int | str]]]:
+def kernel_spec(call: KernelCall, plan: Plan, precision: str,
+                api: str | None = None) -> tuple[KernelSpec, list[tuple[str, int | str]]]:
     """The KernelSpec of a call and, in argument order, what each argument binds: ("t", tensor) or
-    ("c", const key)."""
-    file_helpers, body = load_kernel(call.kernel)
+    ("c", const key). With ``api``, a kernel file written for that API alone takes precedence."""
+    file_helpers, body = load_kernel(call.kernel, api)
     helpers = call.helpers + file_helpers
     args: list[Arg] = []
     binds: list[tuple[str, int | str]] = []
@@ -121,7 +122,7 @@ class PlanRunner:
         self.by_digest: dict[str, object] = {}
         compiled_any = False
         for call in self.plan.kernels:
-            spec, binds = kernel_spec(call, self.plan, self.precision)
+            spec, binds = kernel_spec(call, self.plan, self.precision, self.backend.name)
             digest = hashlib.sha256(self.backend.source(spec, self.backend.local_size(spec)).encode()).hexdigest()
             program = self.by_digest.get(digest)
             if program is None:
