@@ -115,22 +115,22 @@ class LowerContext:
             return
         op = get_op(node.op)
         a, b = ins[0], ins[1]
-        consts, inputs, defines = {}, {}, {}
+        consts, inputs, geometry = {}, {}, ""
         for arg, t in (("a", a), ("b", b)):
             if self.is_const(t):
                 shape = self.bhwc(t)
                 consts[arg] = self.const(f"bcast:{t}", lambda t=t, shape=shape: _phwc4(self.const_data(t), shape))
-                defines.update({f"{arg}_{d}": v for d, v in zip("BHWC", shape)})
-                defines[f"{arg}_S"] = slices(shape[3])
+                # a const arg has no generated geometry, and KernelSpec keeps its t_* names out of defines
+                geometry += "".join(f"#define {arg}_{d} {v}\n" for d, v in zip("BHWCS", (*shape, slices(shape[3]))))
             else:
                 inputs[arg] = t
-        expr = f"#define EXPR(a, b) ({op.gpu_expr(node, self.graph)})\n"
+        expr = geometry + f"#define EXPR(a, b) ({op.gpu_expr(node, self.graph)})\n"
         act = node.attrs.get("fused_activation_function", 0)
         if act:
             from .fuse_elementwise import activation_postop
 
             self.view.postops.setdefault(node.index, []).insert(0, activation_postop(act, node.index))
-        self.kernel("broadcast_binary", inputs, {"dst": node.outputs[0]}, consts, defines,
+        self.kernel("broadcast_binary", inputs, {"dst": node.outputs[0]}, consts, {},
                     grid=self._grid_for(node.outputs[0]), helpers=expr)
 
     def operand_const(self, t: int, mode: str) -> str:
@@ -165,4 +165,8 @@ def emit(view: PartitionView, device_type: str, ctx: LowerContext | None = None)
             raise DelegateError(f"{node}: the op has no GPU lowering")
         lower(node, view.graph, ctx)
     ctx._node = None
+    for t in view.outputs:
+        if t in view.folded:  # a folded constant (DEQUANTIZE of weights) read outside the partition
+            key = ctx.const(f"folded:{t}", lambda t=t: _phwc4(view.folded[t], bhwc(view.shapes[t])))
+            ctx.kernel("copy", {}, {"dst": t}, consts={"src": key}, grid=ctx._grid_for(t))
     return ctx

@@ -17,7 +17,9 @@ def run(view: PartitionView) -> None:
         node = graph.nodes[n]
         ins = view.node_inputs(n)
         if node.op in FOLDABLE and ins and all(view.is_const(t) for t in ins):
-            raw = [graph.tensors[t].data if t not in view.folded else view.folded[t] for t in ins]
+            # a folded input goes back to its tensor's type (fp16, int8 codes), as the op's run_cpu expects
+            raw = [graph.tensors[t].data if t not in view.folded else view.folded[t].astype(graph.tensors[t].dtype)
+                   for t in ins]
             (value,) = get_op(node.op).run_cpu(node, graph, raw)
             view.folded[node.outputs[0]] = np.asarray(value, np.float32)
             view.notes.append(f"folded {node}")

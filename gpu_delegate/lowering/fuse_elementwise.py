@@ -95,7 +95,12 @@ def operand_mode(view: PartitionView, u: int, out: tuple[int, int, int, int]) ->
 
 
 def channel_const(view: PartitionView, u: int, mode: str) -> np.ndarray:
-    """A constant operand as the vec4 rows a post-op reads: one row (scalar) or one per slice."""
+    """A constant operand as the vec4 rows a post-op reads: one row (scalar), one per slice (channel), or
+    the whole tensor in PHWC4 (tensor)."""
+    if mode == "tensor":
+        from .emit import to_phwc4  # emit imports this module
+
+        return to_phwc4(np.asarray(view.const(u), np.float32).reshape(bhwc(view.shapes[u])))
     value = np.asarray(view.const(u), np.float32).reshape(-1)
     if mode == "scalar":
         return np.full((1, 4), value[0], np.float32)

@@ -6,6 +6,11 @@ MUL, SQUARED_DIFFERENCE, PRELU and the comparisons in fixed point; every unary o
 holding, for each input code, what TFLite's kernel gives (its float lookup table, or its fixed-point formula
 for the RELUs, LEAKY_RELU and HARD_SWISH). What remains (16-bit tensors, DIV, POW, ...) is dequantized,
 computed in float and requantized.
+
+On the GPU every op here that maps floats to floats is a dialect expression (``gpu_expr``, kernels/README.md)
+over FLT4 ``a`` and ``b``, which the lowering fuses into the kernel producing the input or runs standalone
+(lowering/fuse_elementwise.py). Quantized tensors are held there as their dequantized floats, and the
+framework rounds every quantized output to its grid, so the same expression serves both.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from ..backends.codegen import literal
 from ..cpu.elementwise import (
     add_sub_q8,
     apply_lut,
@@ -37,7 +43,8 @@ from ..cpu.elementwise import (
 )
 from ..cpu.quant import activation_range, dequantize, dtype_range, quantize, quantize_multiplier
 from ..errors import ModelError
-from ..graph import Graph, Node, Tensor
+from ..graph import ACT_NONE, ACT_RELU6, Graph, Node, Tensor
+from ..lowering.plan import slices
 from .base import Op, broadcast_shape, prepared, register
 from .quantize import arity, check_type, is_quantized, per_tensor
 
@@ -58,10 +65,69 @@ def _int_zero_check(node: Node, b: np.ndarray) -> None:
         raise ModelError(f"{node}: integer division by zero")
 
 
+# -- GPU forms ------------------------------------------------------------------------------------------
+
+def _lower_elementwise(node: Node, graph: Graph, ctx) -> None:
+    ctx.elementwise(node)
+
+
+def _f(x: float) -> str:
+    """A float constant in the kernel dialect, as an FLT4."""
+    return f"SPLAT({literal(float(x))})"
+
+
+def _horner(coeffs: tuple[float, ...], x: str) -> str:
+    """The polynomial with ``coeffs`` (highest power first) at FLT4 expression ``x``, as dialect text."""
+    text = _f(coeffs[0])
+    for c in coeffs[1:]:
+        text = f"({text} * {x} + {_f(c)})"
+    return text
+
+
+# erfc in float32 (GLSL has no erf): 1 - z * P(z^2) for |z| <= 1, else exp(-z^2) * Q(1 / (1 + |z| / 2)),
+# mirrored for z < 0. P and Q are least-squares fits (relative error, 4000 Chebyshev nodes) of erf(z)/z on
+# [0, 1] and erfc(z) * exp(z^2) on [1, 9.5]; evaluated in float32, the result is within 2e-7 of erfc.
+_ERF_SMALL = (7.898209878476337e-05, -0.0008024353883229196, 0.00519005348905921, -0.026854809373617172,
+              0.11283612251281738, -0.3761262893676758, 1.128379225730896)
+_ERFC_TAIL = (-0.06490720808506012, 0.31732285022735596, -0.5586756467819214, 0.3607747256755829,
+              -0.0833912044763565, 0.2267986685037613, 0.23675264418125153, 0.2833757996559143,
+              0.28200092911720276, 3.016498567376402e-06)
+
+
+def _erfc(z: str) -> str:
+    az = f"FABS({z})"
+    t = f"({_f(1)} / ({_f(1)} + {_f(0.5)} * {az}))"
+    tail = f"(exp(-{az} * {az}) * {_horner(_ERFC_TAIL, t)})"
+    # z > 1: tail; z < -1: 2 - tail (exact in the sign arithmetic, so a tiny tail keeps its precision)
+    big = f"(({_f(1)} - sign({z})) + sign({z}) * {tail})"
+    small = f"({_f(1)} - {z} * {_horner(_ERF_SMALL, f'({z} * {z})')})"
+    return f"SELECT4({small}, {big}, GT4({az}, {_f(1)}))"
+
+
+def _pow_expr() -> str:
+    """C pow on FLT4 a, b: GLSL's pow is undefined for a < 0 (and for 0^0), so take |a| and give the sign
+    (or NaN) that C gives: a negative base needs an integer exponent, whose parity sets the sign."""
+    p = "pow(FABS(a), b)"
+    parity = f"({_f(1)} - {_f(2)} * FABS(b - {_f(2)} * floor(b * {_f(0.5)})))"  # 1 even, -1 odd
+    negative = f"SELECT4(SPLAT(NAN_F), {p} * {parity}, EQ4(floor(b), b))"
+    return f"SELECT4(SELECT4({p}, {negative}, LT4(a, {_f(0)})), {_f(1)}, EQ4(b, {_f(0)}))"
+
+
 # -- unary ----------------------------------------------------------------------------------------------
 
 class _Unary(Op):
     ints: ClassVar[bool] = False  # also computes plain (non-quantized) integer tensors
+    expr: ClassVar[str] = ""  # the GPU form: a dialect expression over FLT4 a
+
+    @classmethod
+    def gpu_expr(cls, node: Node, graph: Graph) -> str | None:
+        return cls.expr
+
+    @staticmethod
+    def gpu_support(node: Node, graph: Graph) -> bool | str:
+        return True
+
+    lower = staticmethod(_lower_elementwise)
 
     @staticmethod
     def compute(x: np.ndarray, attrs: dict) -> np.ndarray:
@@ -102,30 +168,35 @@ class _Unary(Op):
 @register
 class Abs(_Unary):
     name, ints = "ABS", True
+    expr = "FABS(a)"
     compute = staticmethod(lambda x, attrs: np.abs(x))
 
 
 @register
 class Cos(_Unary):
     name = "COS"
+    expr = "cos(a)"
     compute = staticmethod(lambda x, attrs: np.cos(x))
 
 
 @register
 class Exp(_Unary):
     name = "EXP"
+    expr = "exp(a)"
     compute = staticmethod(lambda x, attrs: np.exp(x))
 
 
 @register
 class Floor(_Unary):
     name = "FLOOR"
+    expr = "floor(a)"
     compute = staticmethod(lambda x, attrs: np.floor(x))
 
 
 @register
 class Log(_Unary):
     name = "LOG"
+    expr = "log(a)"
     compute = staticmethod(lambda x, attrs: np.log(x))
 
 
@@ -134,7 +205,18 @@ class Neg(_Unary):
     """TFLite negates 8-bit codes as plain integers, ignoring their quantization; so do we."""
 
     name, ints = "NEG", True
+    expr = "-a"
     compute = staticmethod(lambda x, attrs: np.negative(x))
+
+    @staticmethod
+    def gpu_support(node: Node, graph: Graph) -> bool | str:
+        x, y = graph.tensors[node.inputs[0]], graph.tensors[node.outputs[0]]
+        if is_quantized(x):
+            (sx, zx), (sy, zy) = x.quant.scalar(), y.quant.scalar()
+            if sx != sy or zx + zy != 0:
+                return ("quantized NEG negates the codes, which is a negation of the values only when the "
+                        "output's scale is the input's and its zero point the input's negated")
+        return True
 
     @classmethod
     def table(cls, node: Node, qi: tuple[float, int], qo: tuple[float, int], dtype: np.dtype) -> np.ndarray:
@@ -144,18 +226,21 @@ class Neg(_Unary):
 @register
 class Rsqrt(_Unary):
     name = "RSQRT"
+    expr = "SPLAT(1.0f) / sqrt(a)"
     compute = staticmethod(lambda x, attrs: 1 / np.sqrt(x))
 
 
 @register
 class Sin(_Unary):
     name = "SIN"
+    expr = "sin(a)"
     compute = staticmethod(lambda x, attrs: np.sin(x))
 
 
 @register
 class Sqrt(_Unary):
     name = "SQRT"
+    expr = "sqrt(a)"
     compute = staticmethod(lambda x, attrs: np.sqrt(x))
 
     @classmethod
@@ -166,24 +251,28 @@ class Sqrt(_Unary):
 @register
 class Square(_Unary):
     name, ints = "SQUARE", True
+    expr = "a * a"
     compute = staticmethod(lambda x, attrs: x * x)
 
 
 @register
 class Tanh(_Unary):
     name = "TANH"
+    expr = "tanh(a)"
     compute = staticmethod(lambda x, attrs: np.tanh(x))
 
 
 @register
 class Logistic(_Unary):
     name = "LOGISTIC"
+    expr = "SPLAT(1.0f) / (SPLAT(1.0f) + exp(-a))"
     compute = staticmethod(lambda x, attrs: logistic(x))
 
 
 @register
 class Elu(_Unary):
     name = "ELU"
+    expr = "SELECT4(a, exp(min(a, 0.0f)) - SPLAT(1.0f), LT4(a, SPLAT(0.0f)))"
     compute = staticmethod(lambda x, attrs: elu(x))
 
 
@@ -192,10 +281,18 @@ class Gelu(_Unary):
     name = "GELU"
     compute = staticmethod(lambda x, attrs: gelu(x, bool(attrs.get("approximate", False))))
 
+    @staticmethod
+    def gpu_expr(node: Node, graph: Graph) -> str | None:
+        if node.attrs.get("approximate", False):
+            inner = f"{_f(math.sqrt(2 / math.pi))} * (a + {_f(0.044715)} * a * a * a)"
+            return f"{_f(0.5)} * a * ({_f(1)} + tanh({inner}))"
+        return f"{_f(0.5)} * a * {_erfc(f'(a * {_f(-math.sqrt(0.5))})')}"
+
 
 @register
 class HardSwish(_Unary):
     name = "HARD_SWISH"
+    expr = "a * clamp(a + SPLAT(3.0f), 0.0f, 6.0f) / SPLAT(6.0f)"
     compute = staticmethod(lambda x, attrs: hard_swish(x))
 
     @classmethod
@@ -206,12 +303,19 @@ class HardSwish(_Unary):
 @register
 class Sign(_Unary):
     name, ints = "SIGN", True
+    expr = "sign(a)"
     compute = staticmethod(lambda x, attrs: np.sign(x))
 
 
 class _ReluX(_Unary):
     low: ClassVar[float] = 0.0
     high: ClassVar[float] = math.inf
+
+    @classmethod
+    def gpu_expr(cls, node: Node, graph: Graph) -> str | None:
+        if cls.high == math.inf:
+            return f"max(a, {literal(cls.low)})"
+        return f"clamp(a, {literal(cls.low)}, {literal(cls.high)})"
 
     @classmethod
     def compute(cls, x: np.ndarray, attrs: dict) -> np.ndarray:
@@ -250,6 +354,10 @@ class LeakyRelu(_Unary):
     def compute(x: np.ndarray, attrs: dict) -> np.ndarray:
         alpha = np.asarray(attrs.get("alpha", 0.2), x.dtype)
         return np.where(x > 0, x, x * alpha).astype(x.dtype)
+
+    @staticmethod
+    def gpu_expr(node: Node, graph: Graph) -> str | None:
+        return f"SELECT4(a * {_f(node.attrs.get('alpha', 0.2))}, a, GT4(a, SPLAT(0.0f)))"
 
     @classmethod
     def table(cls, node: Node, qi: tuple[float, int], qo: tuple[float, int], dtype: np.dtype) -> np.ndarray:
@@ -308,6 +416,17 @@ class Cast(Op):
         with np.errstate(invalid="ignore"):
             return [x.astype(out)]
 
+    @staticmethod
+    def gpu_support(node: Node, graph: Graph) -> bool | str:
+        x, y = graph.tensors[node.inputs[0]], graph.tensors[node.outputs[0]]
+        if x.dtype.kind != "f" or y.dtype.kind != "f":
+            return (f"CAST from {x.type_name or x.dtype} to {y.type_name or y.dtype}: only float to float runs on "
+                    "the GPU")
+        return True
+
+    gpu_expr = staticmethod(lambda node, graph: "a")
+    lower = staticmethod(_lower_elementwise)
+
 
 # -- binary ---------------------------------------------------------------------------------------------
 
@@ -318,6 +437,25 @@ class _Binary(Op):
     bools: ClassVar[bool] = False
     to_bool: ClassVar[bool] = False  # comparisons: the output is bool
     fused: ClassVar[bool] = False  # has fused_activation_function
+    expr: ClassVar[str] = ""  # the GPU form over FLT4 a, b ("": none)
+    gpu_quantized: ClassVar[bool] = True  # the GPU form also serves 8-bit quantized tensors
+
+    @classmethod
+    def gpu_expr(cls, node: Node, graph: Graph) -> str | None:
+        return cls.expr or None
+
+    @classmethod
+    def gpu_support(cls, node: Node, graph: Graph) -> bool | str:
+        if not cls.expr:
+            return f"{node.op} works on bool tensors (or makes one), which the GPU path does not hold"
+        if not cls.gpu_quantized and is_quantized(graph.tensors[node.inputs[0]]):
+            return f"{node.op} runs on the GPU for float tensors only"
+        act = node.attrs.get(_ACT, ACT_NONE) if cls.fused else ACT_NONE
+        if not ACT_NONE <= act <= ACT_RELU6:
+            return f"fused activation {act} (TANH or SIGN_BIT), which TFLite's kernels do not apply to {node.op}"
+        return _not_all_const(node, graph)
+
+    lower = staticmethod(_lower_elementwise)
 
     @staticmethod
     def compute(node: Node, a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -369,6 +507,12 @@ class _Binary(Op):
         return quantize(y, *ty.quant.scalar(), ty.dtype)
 
 
+def _not_all_const(node: Node, graph: Graph) -> bool | str:
+    if all(graph.tensors[t].is_const for t in node.inputs):
+        return "every input is a constant"
+    return True
+
+
 def _act_range(node: Node, ty: Tensor) -> tuple[int, int]:
     scale, zp = ty.quant.scalar()
     return activation_range(node.attrs.get(_ACT, 0), scale, zp, ty.dtype)
@@ -377,6 +521,7 @@ def _act_range(node: Node, ty: Tensor) -> tuple[int, int]:
 @register
 class Add(_Binary):
     name, fused = "ADD", True
+    expr = "a + b"
     compute = staticmethod(lambda node, a, b: np.add(a, b))
 
     @classmethod
@@ -390,12 +535,14 @@ class Add(_Binary):
 @register
 class Sub(Add):
     name = "SUB"
+    expr = "a - b"
     compute = staticmethod(lambda node, a, b: np.subtract(a, b))
 
 
 @register
 class Mul(_Binary):
     name, fused = "MUL", True
+    expr = "a * b"
     compute = staticmethod(lambda node, a, b: np.multiply(a, b))
 
     @classmethod
@@ -409,6 +556,7 @@ class Mul(_Binary):
 @register
 class Div(_Binary):
     name, fused = "DIV", True
+    expr = "a / b"
 
     @staticmethod
     def compute(node: Node, a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -421,6 +569,7 @@ class Div(_Binary):
 @register
 class Pow(_Binary):
     name = "POW"
+    expr = _pow_expr()
 
     @staticmethod
     def compute(node: Node, a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -440,18 +589,21 @@ class _MinMax(_Binary):
 @register
 class Maximum(_MinMax):
     name = "MAXIMUM"
+    expr = "max(a, b)"
     compute = staticmethod(lambda node, a, b: np.maximum(a, b))
 
 
 @register
 class Minimum(_MinMax):
     name = "MINIMUM"
+    expr = "min(a, b)"
     compute = staticmethod(lambda node, a, b: np.minimum(a, b))
 
 
 @register
 class SquaredDifference(_Binary):
     name = "SQUARED_DIFFERENCE"
+    expr = "(a - b) * (a - b)"
 
     @staticmethod
     def compute(node: Node, a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -467,7 +619,8 @@ class SquaredDifference(_Binary):
 
 @register
 class FloorDiv(_Binary):
-    name = "FLOOR_DIV"
+    name, gpu_quantized = "FLOOR_DIV", False
+    expr = "floor(a / b)"
 
     @staticmethod
     def compute(node: Node, a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -479,7 +632,10 @@ class FloorDiv(_Binary):
 
 @register
 class FloorMod(_Binary):
-    name = "FLOOR_MOD"
+    name, gpu_quantized = "FLOOR_MOD", False
+    # C fmod, moved onto the divisor's side when the signs differ (as TFLite's FloorMod)
+    expr = ("SELECT4(FMOD(a, b), FMOD(a, b) + b, "
+            "NE4(FMOD(a, b), SPLAT(0.0f)) * NE4(LT4(b, SPLAT(0.0f)), LT4(FMOD(a, b), SPLAT(0.0f))))")
 
     @staticmethod
     def compute(node: Node, a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -591,6 +747,14 @@ class Prelu(Op):
         neg = rescale(v * (alpha.astype(np.int64) - za), m2, s2, zo, lo, hi)
         return [np.where(v >= 0, pos, neg).astype(ty.dtype)]
 
+    gpu_support = staticmethod(_not_all_const)
+    gpu_expr = staticmethod(lambda node, graph: "SELECT4(a * b, a, GE4(a, SPLAT(0.0f)))")
+    lower = staticmethod(_lower_elementwise)
+
+
+# inputs summed per kernel pass: with the output, the 4 storage buffers GL ES 3.1 guarantees a shader
+ADD_N_PER_PASS = 3
+
 
 @register
 class AddN(Op):
@@ -619,6 +783,35 @@ class AddN(Op):
         for x in inputs[1:]:
             total += x  # in order, in the input dtype, as TFLite sums
         return [total]
+
+    gpu_support = staticmethod(_not_all_const)
+
+    @staticmethod
+    def lower(node: Node, graph: Graph, ctx) -> None:
+        """kernels/add_n.cl over up to ADD_N_PER_PASS inputs at a time, in input order. Passes after the
+        first add to the partial sum already in the output; only the last writes it as "dst", so fused
+        post-ops (and fake-quant) see the whole sum."""
+        from ..lowering.emit import to_phwc4  # lowering imports the ops: not at module level
+
+        out = ctx.output(node)
+        b, h, w, c = ctx.bhwc(out)
+        grid = (w, h, b * slices(c))
+        ins = [ctx.input(node, k) for k in range(len(node.inputs))]
+        groups = [ins[k:k + ADD_N_PER_PASS] for k in range(0, len(ins), ADD_N_PER_PASS)]
+        for g, group in enumerate(groups):
+            arg = "dst" if g == len(groups) - 1 else "acc"
+            terms = [f"{arg}_read(i)"] if g else []
+            tensors, consts = {}, {}
+            for k, t in enumerate(group):
+                if ctx.is_const(t):
+                    consts[f"x{k}"] = ctx.const(f"addn:{t}", lambda t=t: to_phwc4(
+                        np.asarray(ctx.const_data(t), np.float32).reshape(ctx.bhwc(t))))
+                else:
+                    tensors[f"x{k}"] = t
+                terms.append(f"x{k}_read(i)")
+            helpers = (f"#define SUM_INPUTS(i) ({' + '.join(terms)})\n"
+                       f"#define OUT_WRITE(i, v) {arg}_write(i, v)\n")
+            ctx.kernel("add_n", tensors, {arg: out}, consts, grid=grid, helpers=helpers)
 
 
 @register

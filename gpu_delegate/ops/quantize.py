@@ -3,6 +3,11 @@
 Constants behind DEQUANTIZE and DENSIFY are converted once and memoized on the graph (``ops.base.prepared``
 under the keys of ``cpu.quantize.dequantized`` / ``cpu.quantize.densified``), so the GPU lowering can pick
 up the same arrays.
+
+On the GPU, DEQUANTIZE and DENSIFY of constants are folded at preparation (lowering/fold_constants.py).
+Non-constant 8-bit tensors are held there as their dequantized floats, so QUANTIZE and DEQUANTIZE are the
+identity: the rounding of QUANTIZE's output to its grid is the fake-quant step the framework gives every
+quantized output (lowering/fuse_elementwise.py).
 """
 
 from __future__ import annotations
@@ -110,6 +115,11 @@ class Quantize(Op):
             return [quantize(x.astype(np.float32), q.scale, q.zero_point, ty.dtype, axis)]
         return [requantize_q(x, tx.quant.scalar(), ty.quant.scalar(), ty.dtype)]
 
+    # the GpuDelegate has already refused what the GPU path cannot hold (16-bit, per-channel outputs)
+    gpu_support = staticmethod(lambda node, graph: True)
+    gpu_expr = staticmethod(lambda node, graph: "a")
+    lower = staticmethod(lambda node, graph, ctx: ctx.elementwise(node))
+
 
 @register
 class Dequantize(Op):
@@ -141,6 +151,11 @@ class Dequantize(Op):
         if graph.tensors[t].is_const:
             return [dequantized(graph, t)]
         return [dequantize_tensor(inputs[0], graph.tensors[t])]
+
+    # a constant input is folded; any other input the GpuDelegate let through is already a float there
+    gpu_support = staticmethod(lambda node, graph: True)
+    gpu_expr = staticmethod(lambda node, graph: "a")
+    lower = staticmethod(lambda node, graph, ctx: ctx.elementwise(node))
 
 
 @register

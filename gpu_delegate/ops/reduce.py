@@ -2,6 +2,10 @@
 
 The axis (or k) input is usually a constant; when it is not, output shapes are known only once the node
 has run, so ``infer`` says it cannot tell (NotImplementedError) and the interpreter keeps the file's shape.
+
+On the GPU: MEAN, SUM, REDUCE_MAX/MIN/PROD over constant axes (kernels/reduce.cl) and SOFTMAX, LOG_SOFTMAX
+(kernels/softmax.cl), in float; quantized outputs get the framework's rounding to their grid afterwards.
+ARG_MAX/ARG_MIN and TOPK_V2 give integer outputs, REDUCE_ANY/ALL bools: they stay on the CPU.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from ..cpu.quantize import requantize_q
 from ..cpu.reduce import cumsum, log_softmax, mean_q, softmax, softmax_q8, sum_q, top_k, trunc_divide
 from ..errors import ModelError
 from ..graph import Graph, Node
+from ..lowering.plan import slices
 from .base import Op, register
 from .quantize import arity, check_type, is_quantized
 
@@ -65,6 +70,31 @@ def _reduced_shape(shape: tuple[int, ...], axes: tuple[int, ...], keep: bool) ->
 class _Reduce(Op):
     bools: ClassVar[bool] = False
     numeric: ClassVar[bool] = True
+    # the GPU form (kernels/reduce.cl): combine two values (floats or FLT4s), its identity, the last step
+    gpu_op: ClassVar[str] = "((x) + (y))"
+    gpu_init: ClassVar[float] = 0.0
+    gpu_finish: ClassVar[str] = "(v)"
+
+    @staticmethod
+    def gpu_support(node: Node, graph: Graph) -> bool | str:
+        if not graph.tensors[node.inputs[1]].is_const:
+            return "the axis input is not a constant"
+        return True
+
+    @classmethod
+    def lower(cls, node: Node, graph: Graph, ctx) -> None:
+        src, dst = ctx.input(node, 0), ctx.output(node)
+        rank = len(ctx.shape(src))
+        reduced = {a + 4 - rank for a in resolve_axes(node, ctx.const_data(ctx.input(node, 1)), rank)}
+        shape = ctx.bhwc(src)
+        keep = [1 if a in reduced else d for a, d in enumerate(shape)]
+        count = int(np.prod([shape[a] for a in reduced]))
+        b, h, w, c = ctx.bhwc(dst)
+        defines = {f"RED_{d}": int(a in reduced) for a, d in enumerate("BHWC")}
+        defines.update(KEEP_H=keep[1], KEEP_W=keep[2], INIT=cls.gpu_init, COUNT=float(count))
+        helpers = f"#define REDUCE_OP(x, y) {cls.gpu_op}\n#define FINISH(v) {cls.gpu_finish}\n"
+        ctx.kernel("reduce", {"src": src}, {"dst": dst}, defines=defines, grid=(w, h, b * slices(c)),
+                   helpers=helpers)
 
     @classmethod
     def check(cls, node: Node, graph: Graph) -> None:
@@ -117,6 +147,7 @@ class _Reduce(Op):
 @register
 class Mean(_Reduce):
     name = "MEAN"
+    gpu_finish = "((v) / SPLAT(COUNT))"
 
     @classmethod
     def reduce(cls, x, axes, keep):
@@ -146,6 +177,7 @@ class Sum(_Reduce):
 @register
 class ReduceProd(_Reduce):
     name = "REDUCE_PROD"
+    gpu_op, gpu_init = "((x) * (y))", 1.0
 
     @classmethod
     def reduce(cls, x, axes, keep):
@@ -163,6 +195,7 @@ class _Extreme(_Reduce):
 @register
 class ReduceMax(_Extreme):
     name = "REDUCE_MAX"
+    gpu_op, gpu_init = "max((x), (y))", -np.inf
 
     @classmethod
     def reduce(cls, x, axes, keep):
@@ -173,6 +206,7 @@ class ReduceMax(_Extreme):
 @register
 class ReduceMin(_Extreme):
     name = "REDUCE_MIN"
+    gpu_op, gpu_init = "min((x), (y))", np.inf
 
     @classmethod
     def reduce(cls, x, axes, keep):
@@ -191,6 +225,7 @@ def _highest(dtype: np.dtype):
 @register
 class ReduceAny(_Reduce):
     name, bools, numeric = "REDUCE_ANY", True, False
+    lower = None  # bool tensors: no GPU form
 
     @classmethod
     def reduce(cls, x, axes, keep):
@@ -200,6 +235,7 @@ class ReduceAny(_Reduce):
 @register
 class ReduceAll(_Reduce):
     name, bools, numeric = "REDUCE_ALL", True, False
+    lower = None  # bool tensors: no GPU form
 
     @classmethod
     def reduce(cls, x, axes, keep):
@@ -267,6 +303,17 @@ class _LastAxis(Op):
     @staticmethod
     def infer(node: Node, graph: Graph, shapes: Shapes) -> list[tuple[int, ...]]:
         return [shapes[0]]
+
+    @staticmethod
+    def gpu_support(node: Node, graph: Graph) -> bool | str:
+        return True
+
+    @staticmethod
+    def lower(node: Node, graph: Graph, ctx) -> None:
+        src, dst = ctx.input(node, 0), ctx.output(node)
+        b, h, w, _ = ctx.bhwc(src)
+        defines = {"BETA": float(node.attrs.get("beta", 1.0)), "LOG_SOFTMAX": int(node.op == "LOG_SOFTMAX")}
+        ctx.kernel("softmax", {"src": src}, {"dst": dst}, defines=defines, grid=(w, h, b))
 
 
 @register
