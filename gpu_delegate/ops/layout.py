@@ -7,6 +7,10 @@ quantization differs from the output's. Index math follows TFLite's kernels, inc
 Some of these ops take their parameters (a new shape, slice bounds, paddings) from a tensor. When that tensor
 is a constant, `infer` computes the output shape from it; when a node computes it at run time, `infer`
 returns the shape the model declares and `run_cpu` uses the actual values.
+
+On the GPU these parameters must be constants. The kernels: remap.cl (slices, transposes, tiles, splits),
+pad.cl (constant and mirror padding), concat.cl (CONCATENATION, PACK), reshape.cl, gather.cl,
+depth_to_space.cl and space_to_depth.cl; SHAPE and ONE_HOT produce integers and stay on the CPU.
 """
 
 from __future__ import annotations
@@ -16,9 +20,9 @@ import numpy as np
 from ..cpu import layout as k
 from ..cpu.activation import apply_activation
 from ..cpu.quant import activation_range
-from ..errors import ModelError
+from ..errors import DelegateError, ModelError
 from ..graph import ACT_NONE, ACT_SIGN_BIT, Graph, Node
-from .base import Op, input_count, register
+from .base import Op, input_count, prepared, register
 
 Shape = tuple[int, ...]
 
@@ -73,6 +77,154 @@ def _outputs(node: Node, low: int, high: int | None = None) -> None:
                          f"has {len(node.outputs)}")
 
 
+# -- GPU side: shared by the lowerings below -------------------------------------------------------------------
+#
+# Every kernel here runs one work item per output vec4 on the grid (W, H, B * S) of its output, and reads its
+# input at BHWC coordinates: a rank-r tensor's dimension i is BHWC dimension i + 4 - r (ctx.bhwc pads leading
+# 1s). Constant parameters (shapes, bounds, paddings, permutations) become defines.
+
+MAX_CONCAT_PARTS = 8  # buffers per kernel: llvmpipe allows 16, and fused post-ops may add their own
+
+
+def _is_constant(graph: Graph, t: int) -> bool:
+    """A constant, or what lowering will fold into one (DEQUANTIZE / DENSIFY of constants)."""
+    if graph.tensors[t].data is not None:
+        return True
+    producer = prepared(graph, ("producers",), graph.producers).get(t)
+    if producer is None:
+        return False
+    node = graph.nodes[producer]
+    return node.op in ("DEQUANTIZE", "DENSIFY") and all(i < 0 or graph.tensors[i].data is not None
+                                                         for i in node.inputs)
+
+
+def _gpu_check(node: Node, graph: Graph, data: tuple[int, ...] = (0,), params: dict[int, str] | None = None,
+               plan=None) -> bool | str:
+    """The limits every layout op shares: ``data`` inputs computed at run time, ``params`` inputs constant,
+    no empty tensor, and ``plan(node, graph)`` (the op's own parameter check) not raising."""
+    for i in data:
+        if _is_constant(graph, node.inputs[i]):
+            return f"input {i} is a constant (the GPU path moves run-time data only)"
+    for i, what in (params or {}).items():
+        if i >= len(node.inputs) or node.inputs[i] < 0 or graph.tensors[node.inputs[i]].data is None:
+            return f"input {i} ({what}) is not a constant"
+    for t in [*node.inputs, *node.outputs]:
+        if t >= 0 and graph.tensors[t].data is None and graph.tensors[t].size == 0:
+            return f"tensor {graph.tensors[t].name!r} is empty"
+    if plan is not None:
+        try:
+            plan(node, graph)
+        except ModelError as e:
+            return str(e)
+    return True
+
+
+def _grid(ctx, t: int) -> tuple[int, int, int]:
+    b, h, w, c = ctx.bhwc(t)
+    return w, h, b * ((c + 3) // 4)
+
+
+def _remap(ctx, src: int, dst: int, start: list[int], step: list[int], source: list[int],
+           tile: bool = False) -> None:
+    """Emit remap.cl: along dimension i of src (its own rank), the source coordinate is start[i] + step[i] *
+    (the coordinate of dst dimension source[i], in dst's own rank; -1 for none), modulo the size with tile."""
+    rs, rd = len(ctx.shape(src)), len(ctx.shape(dst))
+    st, sp, fr = [0] * 4, [0] * 4, [0] * 4
+    for i in range(rs):
+        d = i + 4 - rs
+        st[d] = int(start[i])
+        if source[i] >= 0 and step[i] != 0:
+            sp[d], fr[d] = int(step[i]), source[i] + 4 - rd
+    src_c, dst_c = ctx.bhwc(src)[3], ctx.bhwc(dst)[3]
+    vec4 = fr[3] == 3 and sp[3] == 1 and st[3] % 4 == 0 and (not tile or src_c % 4 == 0 or dst_c <= src_c)
+    defines = {"VEC4": vec4, "TILE": tile}
+    for d, name in enumerate("BHWC"):
+        defines.update({f"START_{name}": st[d], f"STEP_{name}": sp[d], f"FROM_{name}": fr[d]})
+    ctx.kernel("remap", {"src": src}, {"dst": dst}, defines=defines, grid=_grid(ctx, dst))
+
+
+def _lower_slice(ctx, src: int, dst: int, index: list[int | range]) -> None:
+    """A slice of src: per dimension of src a fixed index or a range of indices. The ranges of more than one
+    element are dst's dimensions of size > 1, in order (dimensions of size 1 come and go freely, as in
+    STRIDED_SLICE's new and shrunk axes)."""
+    free = [j for j, d in enumerate(ctx.shape(dst)) if d > 1]
+    start, step, source = [], [], []
+    for ix in index:
+        if isinstance(ix, range) and len(ix) > 1:
+            if not free:
+                raise DelegateError(f"slice {index} does not match the shape {list(ctx.shape(dst))}")
+            start.append(ix.start)
+            step.append(ix.step)
+            source.append(free.pop(0))
+        else:
+            start.append(ix if isinstance(ix, int) else ix.start)
+            step.append(0)
+            source.append(-1)
+    if free:
+        raise DelegateError(f"slice {index} does not match the shape {list(ctx.shape(dst))}")
+    _remap(ctx, src, dst, start, step, source)
+
+
+def _same_layout(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
+    """PHWC4 stores (b, s, y, x): two BHWC shapes index alike when B, C and H * W agree."""
+    return a[0] == b[0] and a[3] == b[3] and a[1] * a[2] == b[1] * b[2]
+
+
+def _lower_concat(ctx, node: Node, parts: list[tuple[int, tuple[int, int, int, int]]], dst: int,
+                  axis: int) -> None:
+    """Emit concat.cl: ``parts`` are (tensor, its BHWC view with the joined axis in place), joined along BHWC
+    ``axis``. The per-part reads are generated macros (see concat.cl); a constant part is a const buffer."""
+    from ..lowering.emit import to_phwc4
+    from ..lowering.fuse_elementwise import activation_postop
+
+    inputs, consts, starts, vecs, lanes = {}, {}, [], [], []
+    pos = 0
+    for n, (t, view) in enumerate(parts):
+        real = ctx.bhwc(t)
+        if ctx.is_const(t):
+            arg = f"c{n}"
+            consts[arg] = ctx.const(f"concat_part:{t}", lambda t=t, real=real: to_phwc4(
+                np.asarray(ctx.const_data(t), np.float32).reshape(real)))
+        else:
+            arg = f"in{n}"
+            inputs[arg] = t
+        _, vh, vw, vc = view
+        vs = (vc + 3) // 4
+        vecs.append(f"{arg}_read(index4((b), (y), (x), (s), {vh}, {vw}, {vs}))")
+        if _same_layout(view, real):
+            lanes.append(f"LANE({arg}_read(index4((b), (y), (x), (c) / 4, {vh}, {vw}, {vs})), (c) % 4)")
+        else:  # e.g. PACK along the last axis: find the element by its row-major position
+            lin = f"((((b) * {vh} + (y)) * {vw} + (x)) * {vc} + (c))"
+            lanes.append(f"LANE({arg}_read(linear_index4({lin}, {real[1]}, {real[2]}, {real[3]})), "
+                         f"linear_lane({lin}, {real[3]}))")
+        starts.append(pos)
+        pos += view[axis]
+
+    def chain(values: list) -> str:
+        text = str(values[-1])
+        for n in range(len(values) - 2, -1, -1):
+            text = f"((k) == {n} ? {values[n]} : {text})"
+        return text
+
+    helpers = (f"#define PART_START(k) {chain(starts)}\n"
+               f"#define PART_VEC(k, b, y, x, s) {chain(vecs)}\n"
+               f"#define PART_LANE(k, b, y, x, c) {chain(lanes)}\n")
+    vec4 = all(_same_layout(view, ctx.bhwc(t)) for t, view in parts) and \
+        (axis != 3 or all(p % 4 == 0 for p in starts))
+    act = int(node.attrs.get("fused_activation_function", ACT_NONE))
+    if act != ACT_NONE:
+        ctx.view.postops.setdefault(node.index, []).insert(0, activation_postop(act, node.index))
+    ctx.kernel("concat", inputs, {"dst": dst}, consts, {"PARTS": len(parts), "AXIS": axis, "VEC4": vec4},
+               grid=_grid(ctx, dst), helpers=helpers)
+
+
+def _lower_reshape(node: Node, graph: Graph, ctx) -> None:
+    """A reshape that moves data in PHWC4 (drop_reshape has already removed those that do not)."""
+    src, dst = ctx.input(node, 0), ctx.output(node, 0)
+    vec4 = ctx.bhwc(src)[3] % 4 == 0 and ctx.bhwc(dst)[3] % 4 == 0
+    ctx.kernel("reshape", {"src": src}, {"dst": dst}, defines={"VEC4": vec4}, grid=_grid(ctx, dst))
+
+
 # -- reshaping ----------------------------------------------------------------------------------------------
 
 def _reshape_spec(node: Node, graph: Graph, inputs) -> list[int] | None:
@@ -124,6 +276,12 @@ class Reshape(Op):
         shape = graph.tensors[node.outputs[0]].shape if spec is None else _resolve_shape(node, spec, x.size)
         return [x.reshape(shape)]
 
+    @staticmethod
+    def gpu_support(node, graph):
+        return _gpu_check(node, graph)
+
+    lower = staticmethod(_lower_reshape)
+
 
 def _squeeze_axes(node: Node, shape: Shape) -> tuple[int, ...]:
     dims = node.attrs.get("squeeze_dims") or []
@@ -155,6 +313,12 @@ class Squeeze(Op):
     def run_cpu(node, graph, inputs):
         return [np.squeeze(inputs[0], _squeeze_axes(node, inputs[0].shape))]
 
+    @staticmethod
+    def gpu_support(node, graph):
+        return _gpu_check(node, graph)
+
+    lower = staticmethod(_lower_reshape)
+
 
 def _expand_axis(node: Node, graph: Graph, inputs, rank: int) -> int | None:
     v = _value(node, graph, inputs, 1)
@@ -185,6 +349,12 @@ class ExpandDims(Op):
     @staticmethod
     def run_cpu(node, graph, inputs):
         return [np.expand_dims(inputs[0], _expand_axis(node, graph, inputs, inputs[0].ndim))]
+
+    @staticmethod
+    def gpu_support(node, graph):
+        return _gpu_check(node, graph)
+
+    lower = staticmethod(_lower_reshape)
 
 
 # -- joining and splitting ----------------------------------------------------------------------------------
@@ -242,6 +412,22 @@ class Concatenation(Op):
             y = np.clip(y, lo, hi)
         return [y]
 
+    @staticmethod
+    def gpu_support(node, graph):
+        if len(node.inputs) > MAX_CONCAT_PARTS:
+            return f"{len(node.inputs)} inputs; the GPU kernel joins at most {MAX_CONCAT_PARTS}"
+        if all(_is_constant(graph, t) for t in node.inputs):
+            return "every input is a constant"
+        return _gpu_check(node, graph, data=())
+
+    @staticmethod
+    def lower(node, graph, ctx):
+        dst = ctx.output(node, 0)
+        rank = len(ctx.shape(dst))
+        axis = _axis(node, int(node.attrs.get("axis", 0)), rank) + 4 - rank
+        parts = [ctx.input(node, k) for k in range(len(node.inputs))]
+        _lower_concat(ctx, node, [(t, ctx.bhwc(t)) for t in parts], dst, axis)
+
 
 @register
 class Pack(Op):
@@ -267,6 +453,24 @@ class Pack(Op):
     def run_cpu(node, graph, inputs):
         Pack.infer(node, graph, [x.shape for x in inputs])
         return [np.stack(inputs, _axis(node, int(node.attrs.get("axis", 0)), inputs[0].ndim + 1))]
+
+    @staticmethod
+    def gpu_support(node, graph):
+        return Concatenation.gpu_support(node, graph)
+
+    @staticmethod
+    def lower(node, graph, ctx):
+        from ..lowering.plan import bhwc
+
+        dst = ctx.output(node, 0)
+        rank = len(ctx.shape(dst))
+        axis = _axis(node, int(node.attrs.get("axis", 0)), rank)
+        parts = []
+        for n in range(len(node.inputs)):
+            t = ctx.input(node, n)
+            shape = ctx.shape(t)
+            parts.append((t, bhwc(shape[:axis] + (1,) + shape[axis:])))
+        _lower_concat(ctx, node, parts, dst, axis + 4 - rank)
 
 
 @register
@@ -294,6 +498,19 @@ class Unpack(Op):
         Unpack.infer(node, graph, [x.shape])
         axis = _axis(node, int(node.attrs.get("axis", 0)), x.ndim)
         return _contiguous(list(np.moveaxis(x, axis, 0)))
+
+    @staticmethod
+    def gpu_support(node, graph):
+        return _gpu_check(node, graph, plan=lambda n, g: Unpack.infer(n, g, [g.tensors[n.inputs[0]].shape]))
+
+    @staticmethod
+    def lower(node, graph, ctx):
+        src = ctx.input(node, 0)
+        shape = ctx.shape(src)
+        axis = _axis(node, int(node.attrs.get("axis", 0)), len(shape))
+        for n in range(len(node.outputs)):
+            index = [n if i == axis else range(d) for i, d in enumerate(shape)]
+            _lower_slice(ctx, src, ctx.output(node, n), index)
 
 
 def _split_sizes(node: Node, dim: int, sizes: list[int]) -> list[int]:
@@ -344,6 +561,22 @@ class Split(Op):
         axis, sizes = Split._plan(node, graph, inputs, inputs[1].shape)
         return _contiguous(np.split(inputs[1], np.cumsum(sizes)[:-1], axis))
 
+    @staticmethod
+    def gpu_support(node, graph):
+        return _gpu_check(node, graph, data=(1,), params={0: "axis"},
+                          plan=lambda n, g: Split._plan(n, g, None, g.tensors[n.inputs[1]].shape))
+
+    @staticmethod
+    def lower(node, graph, ctx):
+        src = ctx.input(node, 1)
+        shape = ctx.shape(src)
+        axis, sizes = Split._plan(node, graph, None, shape)
+        offset = 0
+        for n, size in enumerate(sizes):
+            index = [range(offset, offset + size) if i == axis else range(d) for i, d in enumerate(shape)]
+            _lower_slice(ctx, src, ctx.output(node, n), index)
+            offset += size
+
 
 @register
 class SplitV(Op):
@@ -376,6 +609,22 @@ class SplitV(Op):
     def run_cpu(node, graph, inputs):
         axis, sizes = SplitV._plan(node, graph, inputs, inputs[0].shape)
         return _contiguous(np.split(inputs[0], np.cumsum(sizes)[:-1], axis))
+
+    @staticmethod
+    def gpu_support(node, graph):
+        return _gpu_check(node, graph, params={1: "size_splits", 2: "axis"},
+                          plan=lambda n, g: SplitV._plan(n, g, None, g.tensors[n.inputs[0]].shape))
+
+    @staticmethod
+    def lower(node, graph, ctx):
+        src = ctx.input(node, 0)
+        shape = ctx.shape(src)
+        axis, sizes = SplitV._plan(node, graph, None, shape)
+        offset = 0
+        for n, size in enumerate(sizes):
+            index = [range(offset, offset + size) if i == axis else range(d) for i, d in enumerate(shape)]
+            _lower_slice(ctx, src, ctx.output(node, n), index)
+            offset += size
 
 
 # -- slicing ------------------------------------------------------------------------------------------------
@@ -415,6 +664,17 @@ class Slice(Op):
     def run_cpu(node, graph, inputs):
         begin, size = _slice_plan(node, graph, inputs, inputs[0].shape)
         return _contiguous([inputs[0][tuple(slice(b, b + s) for b, s in zip(begin, size))]])
+
+    @staticmethod
+    def gpu_support(node, graph):
+        return _gpu_check(node, graph, params={1: "begin", 2: "size"},
+                          plan=lambda n, g: _slice_plan(n, g, None, g.tensors[n.inputs[0]].shape))
+
+    @staticmethod
+    def lower(node, graph, ctx):
+        src = ctx.input(node, 0)
+        begin, size = _slice_plan(node, graph, None, ctx.shape(src))
+        _lower_slice(ctx, src, ctx.output(node, 0), [range(b, b + s) for b, s in zip(begin, size)])
 
 
 def _strided_plan(node: Node, shape: Shape, begin: list[int], end: list[int], strides: list[int]):
@@ -527,6 +787,23 @@ class StridedSlice(Op):
         eff_shape, index = _strided_plan(node, inputs[0].shape, *_strided_args(node, graph, inputs))
         return _contiguous([inputs[0].reshape(eff_shape)[index]])
 
+    @staticmethod
+    def gpu_support(node, graph):
+        return _gpu_check(node, graph, params={1: "begin", 2: "end", 3: "strides"},
+                          plan=lambda n, g: _strided_plan(n, g.tensors[n.inputs[0]].shape,
+                                                          *_strided_args(n, g, None)))
+
+    @staticmethod
+    def lower(node, graph, ctx):
+        src = ctx.input(node, 0)
+        shape = ctx.shape(src)
+        eff_shape, eff_index = _strided_plan(node, shape, *_strided_args(node, graph, None))
+        # New axes are effective dimensions of size 1 that src lacks: matching the dimensions of size > 1
+        # pairs every other effective dimension with its src dimension.
+        big = [ix if isinstance(ix, int) else range(*ix.indices(d))
+               for d, ix in zip(eff_shape, eff_index) if d > 1]
+        _lower_slice(ctx, src, ctx.output(node, 0), [big.pop(0) if d > 1 else 0 for d in shape])
+
 
 # -- reordering ---------------------------------------------------------------------------------------------
 
@@ -558,6 +835,20 @@ class Transpose(Op):
     def run_cpu(node, graph, inputs):
         return [np.ascontiguousarray(inputs[0].transpose(_perm(node, graph, inputs, inputs[0].ndim)))]
 
+    @staticmethod
+    def gpu_support(node, graph):
+        return _gpu_check(node, graph, params={1: "perm"},
+                          plan=lambda n, g: _perm(n, g, None, len(g.tensors[n.inputs[0]].shape)))
+
+    @staticmethod
+    def lower(node, graph, ctx):
+        src = ctx.input(node, 0)
+        rank = len(ctx.shape(src))
+        source = [0] * rank
+        for j, p in enumerate(_perm(node, graph, None, rank)):
+            source[p] = j
+        _remap(ctx, src, ctx.output(node, 0), [0] * rank, [1] * rank, source)
+
 
 def _multiples(node: Node, graph: Graph, inputs, rank: int) -> list[int] | None:
     v = _value(node, graph, inputs, 1)
@@ -586,6 +877,17 @@ class Tile(Op):
     @staticmethod
     def run_cpu(node, graph, inputs):
         return [np.tile(inputs[0], _multiples(node, graph, inputs, inputs[0].ndim))]
+
+    @staticmethod
+    def gpu_support(node, graph):
+        return _gpu_check(node, graph, params={1: "multiples"},
+                          plan=lambda n, g: _multiples(n, g, None, len(g.tensors[n.inputs[0]].shape)))
+
+    @staticmethod
+    def lower(node, graph, ctx):
+        src = ctx.input(node, 0)
+        rank = len(ctx.shape(src))
+        _remap(ctx, src, ctx.output(node, 0), [0] * rank, [1] * rank, list(range(rank)), tile=True)
 
 
 def _gather_axes(node: Node, params: Shape, indices: Shape) -> tuple[int, int]:
@@ -627,6 +929,44 @@ class Gather(Op):
             raise ModelError(f"{node}: gather index out of bounds: indices span [{indices.min()}, "
                              f"{indices.max()}] for a dimension of size {params.shape[axis]}")
         return [k.gather(params, indices, axis, bd)]
+
+    @staticmethod
+    def gpu_support(node, graph):
+        verdict = _gpu_check(node, graph, params={1: "indices"})
+        if verdict is not True:
+            return verdict
+        params, indices = (graph.tensors[t] for t in node.inputs)
+        try:
+            axis, batch_dims = _gather_axes(node, params.shape, indices.shape)
+        except ModelError as e:
+            return str(e)
+        if batch_dims:
+            return "batch_dims > 0"
+        values = np.asarray(indices.data).reshape(-1)
+        if values.size and (values.min() < 0 or values.max() >= params.shape[axis]):
+            return f"indices outside [0, {params.shape[axis]})"
+        if params.shape[axis] > 2048 * 2048:
+            return f"dimension {axis} of size {params.shape[axis]} is too long to index in fp16"
+        return True
+
+    @staticmethod
+    def lower(node, graph, ctx):
+        src, indices = ctx.input(node, 0), ctx.input(node, 1)
+        shape = ctx.shape(src)
+        axis, _ = _gather_axes(node, shape, ctx.shape(indices))
+        values = np.asarray(ctx.const_data(indices), np.int64).reshape(-1)
+
+        def table() -> np.ndarray:
+            rows = np.zeros(-(-2 * values.size // 4) * 4, np.float32)
+            rows[0:2 * values.size:2] = values % 2048
+            rows[1:2 * values.size:2] = values // 2048
+            return rows.reshape(-1, 4)
+
+        defines = {"COUNT": values.size, "AXIS_SIZE": shape[axis], "INNER": _size(shape[axis + 1:]),
+                   "VEC4": axis < len(shape) - 1}
+        dst = ctx.output(node, 0)
+        ctx.kernel("gather", {"src": src}, {"dst": dst}, {"table": ctx.const(f"gather:{indices}", table)}, defines,
+                   grid=_grid(ctx, dst))
 
 
 @register
@@ -731,6 +1071,31 @@ class Pad(Op):
             value = 0
         return [np.pad(x, pads, constant_values=np.asarray(value).astype(x.dtype))]
 
+    @staticmethod
+    def gpu_support(node, graph):
+        params = {1: "paddings", 2: "constant value"} if len(node.inputs) > 2 and node.inputs[2] >= 0 \
+            else {1: "paddings"}
+        return _gpu_check(node, graph, params=params,
+                          plan=lambda n, g: _paddings(n, g, None, len(g.tensors[n.inputs[0]].shape)))
+
+    @staticmethod
+    def lower(node, graph, ctx):
+        src, dst = ctx.input(node, 0), ctx.output(node, 0)
+        rank = len(ctx.shape(src))
+        pads = np.zeros((4, 2), np.int64)
+        pads[4 - rank:] = np.asarray(ctx.const_data(ctx.input(node, 1)), np.int64).reshape(rank, 2)
+        mode = 0
+        # a quantized tensor pads with its zero point: 0.0 in the float domain the GPU computes in
+        value_t = ctx.input(node, 2)
+        value = float(np.asarray(ctx.const_data(value_t)).reshape(-1)[0]) if value_t >= 0 else 0.0
+        src_c = ctx.bhwc(src)[3]
+        # whole slices move when channels shift by whole slices and the source's zero padding lanes never
+        # show where the pad value belongs
+        vec4 = pads[3, 0] % 4 == 0 and (not pads[3].any() or (mode == 0 and (value == 0 or src_c % 4 == 0)))
+        defines = {"MODE": mode, "PAD_VALUE": value, "VEC4": bool(vec4)}
+        defines.update({f"BEFORE_{d}": int(p) for d, p in zip("BHWC", pads[:, 0])})
+        ctx.kernel("pad", {"src": src}, {"dst": dst}, defines=defines, grid=_grid(ctx, dst))
+
 
 @register
 class MirrorPad(Op):
@@ -764,6 +1129,27 @@ class MirrorPad(Op):
         pads = MirrorPad._pads(node, graph, inputs, inputs[0].shape)
         return [k.mirror_pad(inputs[0], pads, 1 if int(node.attrs.get("mode", 0)) == 0 else 0)]
 
+    @staticmethod
+    def gpu_support(node, graph):
+        return _gpu_check(node, graph, params={1: "paddings"},
+                          plan=lambda n, g: MirrorPad._pads(n, g, None, g.tensors[n.inputs[0]].shape))
+
+    @staticmethod
+    def lower(node, graph, ctx):
+        src, dst = ctx.input(node, 0), ctx.output(node, 0)
+        rank = len(ctx.shape(src))
+        pads = np.zeros((4, 2), np.int64)
+        pads[4 - rank:] = np.asarray(ctx.const_data(ctx.input(node, 1)), np.int64).reshape(rank, 2)
+        mode = 1 if int(node.attrs.get("mode", 0)) == 0 else 2  # REFLECT, SYMMETRIC
+        value = 0.0
+        src_c = ctx.bhwc(src)[3]
+        # whole slices move when channels shift by whole slices and the source's zero padding lanes never
+        # show where the pad value belongs
+        vec4 = pads[3, 0] % 4 == 0 and (not pads[3].any() or (mode == 0 and (value == 0 or src_c % 4 == 0)))
+        defines = {"MODE": mode, "PAD_VALUE": value, "VEC4": bool(vec4)}
+        defines.update({f"BEFORE_{d}": int(p) for d, p in zip("BHWC", pads[:, 0])})
+        ctx.kernel("pad", {"src": src}, {"dst": dst}, defines=defines, grid=_grid(ctx, dst))
+
 
 def _block(node: Node, shape: Shape) -> int:
     bs = int(node.attrs.get("block_size", 0))
@@ -796,6 +1182,17 @@ class DepthToSpace(Op):
         DepthToSpace.infer(node, graph, [inputs[0].shape])
         return [k.depth_to_space(inputs[0], _block(node, inputs[0].shape))]
 
+    @staticmethod
+    def gpu_support(node, graph):
+        return _gpu_check(node, graph, plan=lambda n, g: DepthToSpace.infer(n, g, [g.tensors[n.inputs[0]].shape]))
+
+    @staticmethod
+    def lower(node, graph, ctx):
+        src, dst = ctx.input(node, 0), ctx.output(node, 0)
+        vec4 = ctx.bhwc(dst)[3] % 4 == 0
+        defines = {"BLOCK": _block(node, ctx.shape(src)), "VEC4": vec4}
+        ctx.kernel("depth_to_space", {"src": src}, {"dst": dst}, defines=defines, grid=_grid(ctx, dst))
+
 
 @register
 class SpaceToDepth(Op):
@@ -818,3 +1215,14 @@ class SpaceToDepth(Op):
     def run_cpu(node, graph, inputs):
         SpaceToDepth.infer(node, graph, [inputs[0].shape])
         return [k.space_to_depth(inputs[0], _block(node, inputs[0].shape))]
+
+    @staticmethod
+    def gpu_support(node, graph):
+        return _gpu_check(node, graph, plan=lambda n, g: SpaceToDepth.infer(n, g, [g.tensors[n.inputs[0]].shape]))
+
+    @staticmethod
+    def lower(node, graph, ctx):
+        src, dst = ctx.input(node, 0), ctx.output(node, 0)
+        vec4 = ctx.bhwc(src)[3] % 4 == 0
+        defines = {"BLOCK": _block(node, ctx.shape(src)), "VEC4": vec4}
+        ctx.kernel("space_to_depth", {"src": src}, {"dst": dst}, defines=defines, grid=_grid(ctx, dst))

@@ -1,7 +1,8 @@
 """RESIZE_BILINEAR and RESIZE_NEAREST_NEIGHBOR: NHWC input, the new [height, width] in input 1.
 
 Quantized tensors are resized on their integers: TFLite requires input and output to share one
-quantization, so no rescaling is involved.
+quantization, so no rescaling is involved. On the GPU (kernels/resize.cl) they run in float with TFLite's
+float index math, so a quantized bilinear resize may land one step away from TFLite's fixed-point one.
 """
 
 from __future__ import annotations
@@ -57,6 +58,36 @@ def _flags(node: Node) -> tuple[bool, bool]:
     return bool(node.attrs.get("align_corners", False)), bool(node.attrs.get("half_pixel_centers", False))
 
 
+# -- GPU side: kernels/resize.cl, one work item per output vec4 -----------------------------------------------
+
+def _gpu_support(node: Node, graph: Graph) -> bool | str:
+    x = graph.tensors[node.inputs[0]]
+    if x.data is not None:
+        return "the input is a constant"
+    if graph.tensors[node.inputs[1]].data is None:
+        return "the size is not a constant"
+    if len(x.shape) != 4 or x.size == 0:
+        return f"input shape {list(x.shape)} is not a non-empty NHWC shape"
+    return True
+
+
+def _scale(in_size: int, out_size: int, align_corners: bool) -> np.float32:
+    """TFLite's float32 scale: (in - 1) / (out - 1) with align_corners, else in / out."""
+    if align_corners and out_size > 1:
+        return np.float32(in_size - 1) / np.float32(out_size - 1)
+    return np.float32(in_size) / np.float32(out_size)
+
+
+def _lower(node: Node, ctx, bilinear: bool) -> None:
+    src, dst = ctx.input(node, 0), ctx.output(node, 0)
+    b, in_h, in_w, _ = ctx.bhwc(src)
+    _, out_h, out_w, c = ctx.bhwc(dst)
+    align, half = _flags(node)
+    defines = {"BILINEAR": bilinear, "ALIGN_CORNERS": align, "HALF_PIXEL": half,
+               "SCALE_Y": _scale(in_h, out_h, align), "SCALE_X": _scale(in_w, out_w, align)}
+    ctx.kernel("resize", {"src": src}, {"dst": dst}, defines=defines, grid=(out_w, out_h, b * ((c + 3) // 4)))
+
+
 @register
 class ResizeBilinear(Op):
     name = "RESIZE_BILINEAR"
@@ -76,6 +107,12 @@ class ResizeBilinear(Op):
         _infer(node, graph, [inputs[0].shape])
         return [k.resize_bilinear(inputs[0], *_size(node, graph, inputs), *_flags(node))]
 
+    gpu_support = staticmethod(_gpu_support)
+
+    @staticmethod
+    def lower(node, graph, ctx):
+        _lower(node, ctx, bilinear=True)
+
 
 @register
 class ResizeNearestNeighbor(Op):
@@ -93,3 +130,9 @@ class ResizeNearestNeighbor(Op):
     def run_cpu(node, graph, inputs):
         _infer(node, graph, [inputs[0].shape])
         return [k.resize_nearest(inputs[0], *_size(node, graph, inputs), *_flags(node))]
+
+    gpu_support = staticmethod(_gpu_support)
+
+    @staticmethod
+    def lower(node, graph, ctx):
+        _lower(node, ctx, bilinear=False)
