@@ -13,6 +13,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import os
+import queue
 import struct
 import threading
 import weakref
@@ -115,6 +116,9 @@ class _Runtime:
     """The process's GL context, the thread it lives on, and its entry points."""
 
     def __init__(self) -> None:
+        # GL objects of collected backends, deleted on the GL thread at its next task. A queue because the
+        # garbage collector may run a finalizer anywhere, even inside executor.submit holding its lock.
+        self.pending: queue.SimpleQueue = queue.SimpleQueue()
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gpu_delegate-gl")
         try:
             self.executor.submit(self._start).result()
@@ -142,8 +146,21 @@ class _Runtime:
 
     def call(self, fn: Callable[..., T], *args: Any) -> T:
         if threading.current_thread() is self.thread:
+            self._drain()
             return fn(*args)
-        return self.executor.submit(fn, *args).result()
+        return self.executor.submit(self._run, fn, *args).result()
+
+    def _run(self, fn: Callable[..., T], *args: Any) -> T:
+        self._drain()
+        return fn(*args)
+
+    def _drain(self) -> None:
+        while True:
+            try:
+                programs, buffers = self.pending.get_nowait()
+            except queue.Empty:
+                return
+            _delete(self, programs, buffers)
 
 
 _lock = threading.Lock()
@@ -176,10 +193,7 @@ def _delete(runtime: _Runtime, programs: set[int], buffers: set[Any]) -> None:
 
 
 def _release(runtime: _Runtime, programs: set[int], buffers: set[Any]) -> None:
-    try:
-        runtime.executor.submit(_delete, runtime, programs, buffers)
-    except RuntimeError:
-        pass  # the interpreter is shutting down; the context goes with the process
+    runtime.pending.put((programs, buffers))
 
 
 class GLBackend(Backend):
