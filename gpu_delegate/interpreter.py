@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import weakref
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -17,7 +18,7 @@ from .delegate import SimpleDelegate
 from .errors import ModelError
 from .graph import Graph, Model, Tensor
 from .ops.base import get_op
-from .partition import Partition, group_supported, schedule
+from .partition import Partition, schedule, select_partitions
 from .tflite.reader import read_model
 
 log = logging.getLogger("gpu_delegate")
@@ -63,6 +64,10 @@ class Interpreter:
         _validate_graph(self._graph, source)
         self._delegates = list(experimental_delegates or [])
         self._steps = self._plan()
+        # device buffers go back when the interpreter goes, not when its (possibly shared) delegate does
+        kernels = [s.kernel for s in self._steps if isinstance(s, _Delegated)]
+        if kernels:
+            weakref.finalize(self, _free_kernels, kernels).atexit = False
         self._shapes: list[tuple[int, ...]] = [t.shape for t in self._graph.tensors]
         self._values: list[np.ndarray | None] = [t.data for t in self._graph.tensors]
         self._allocated = False
@@ -76,21 +81,9 @@ class Interpreter:
         for delegate in self._delegates:
             if not isinstance(delegate, SimpleDelegate) and not hasattr(delegate, "is_node_supported"):
                 raise TypeError(f"experimental_delegates: {delegate!r} is not a gpu_delegate.SimpleDelegate")
-            supported = set()
-            for node in graph.nodes:
-                if node.index in taken:
-                    continue
-                verdict = delegate.is_node_supported(node, graph)
-                if verdict is True:
-                    supported.add(node.index)
-                else:
-                    why_not.setdefault(node.index, verdict if isinstance(verdict, str) else "not supported")
-            partitions = group_supported(graph, supported)
-            limit = getattr(delegate, "max_partitions", 0)
-            if limit and len(partitions) > limit:
-                weights = [delegate.partition_weight([graph.nodes[i] for i in p.nodes], graph) for p in partitions]
-                keep = sorted(range(len(partitions)), key=lambda k: -weights[k])[:limit]
-                partitions = [partitions[k] for k in sorted(keep)]
+            partitions, reasons = select_partitions(delegate, graph, taken)
+            for i, reason in reasons.items():
+                why_not.setdefault(i, reason)
             for p in partitions:
                 delegated.append(_Delegated(delegate, p, graph))
                 taken.update(p.nodes)
@@ -221,7 +214,19 @@ class Interpreter:
                         if self._values[t] is None or self._values[t].shape != shapes[t]:
                             self._values[t] = np.zeros(shapes[t], self._graph.tensors[t].dtype)
                     step.kernel.prepare(_TensorView(self._values))
+                    self._note_fallback(step)
             self._allocated = True
+
+    def _note_fallback(self, step: _Delegated) -> None:
+        """A kernel that fell back to the CPU at prepare: its nodes report the CPU, and why."""
+        why = getattr(step.kernel, "cpu_fallback", None)
+        for i in step.partition.nodes:
+            if why:
+                self._backend_of[i] = "cpu"
+                self._why_cpu[i] = why
+            else:
+                self._backend_of[i] = getattr(step.delegate, "backend_name", step.delegate.name)
+                self._why_cpu.pop(i, None)
 
     def reset_all_variables(self) -> None:
         """Set every variable tensor (RNN state) back to zero (a quantized one: its zero point)."""
@@ -375,6 +380,14 @@ class _TensorView:
 
     def __contains__(self, t: int) -> bool:
         return 0 <= t < len(self._values) and self._values[t] is not None
+
+
+def _free_kernels(kernels: list) -> None:
+    for kernel in kernels:
+        try:
+            kernel.free()
+        except Exception as e:  # noqa: BLE001  (a finalizer must not raise; say so and go on)
+            log.warning("freeing a delegate kernel failed: %s: %s", type(e).__name__, e)
 
 
 def _validate_graph(graph: Graph, source: str) -> None:

@@ -22,6 +22,31 @@ class Partition:
     outputs: list[int] = field(default_factory=list)  # tensors read outside or graph outputs
 
 
+def select_partitions(delegate, graph: Graph, skip: set[int] | frozenset[int] = frozenset()
+                      ) -> tuple[list[Partition], dict[int, str]]:
+    """The partitions a SimpleDelegate takes, by the one policy both interpreters (ours and LiteRT's, through
+    litert.py) follow: the nodes outside ``skip`` it supports, grouped by `group_supported`, and where it
+    limits them (``max_partitions``) the heaviest by ``partition_weight``, kept in execution order.
+    Also returns node index -> why the delegate did not take it."""
+    supported: set[int] = set()
+    why_not: dict[int, str] = {}
+    for node in graph.nodes:
+        if node.index in skip:
+            continue
+        verdict = delegate.is_node_supported(node, graph)
+        if verdict is True:
+            supported.add(node.index)
+        else:
+            why_not[node.index] = verdict if isinstance(verdict, str) else "not supported"
+    partitions = group_supported(graph, supported)
+    limit = getattr(delegate, "max_partitions", 0)
+    if limit and len(partitions) > limit:
+        weights = [delegate.partition_weight([graph.nodes[i] for i in p.nodes], graph) for p in partitions]
+        keep = sorted(range(len(partitions)), key=lambda k: -weights[k])[:limit]
+        partitions = [partitions[k] for k in sorted(keep)]
+    return partitions, why_not
+
+
 def group_supported(graph: Graph, supported: set[int]) -> list[Partition]:
     producers = graph.producers()
     level: dict[int, int] = {}

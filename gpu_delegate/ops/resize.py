@@ -84,7 +84,7 @@ def _lower(node: Node, ctx, bilinear: bool) -> None:
     _, out_h, out_w, c = ctx.bhwc(dst)
     align, half = _flags(node)
     defines = {"BILINEAR": bilinear, "ALIGN_CORNERS": align, "HALF_PIXEL": half,
-               "SCALE_Y": _scale(in_h, out_h, align), "SCALE_X": _scale(in_w, out_w, align)}
+               "SCALE_Y": float(_scale(in_h, out_h, align)), "SCALE_X": float(_scale(in_w, out_w, align))}
     ctx.kernel("resize", {"src": src}, {"dst": dst}, defines=defines, grid=(out_w, out_h, b * ((c + 3) // 4)))
 
 
