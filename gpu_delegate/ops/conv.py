@@ -1,0 +1,941 @@
+"""The convolution family: CONV_2D, DEPTHWISE_CONV_2D, TRANSPOSE_CONV, MediaPipe's Convolution2DTransposeBias,
+FULLY_CONNECTED and BATCH_MATMUL.
+
+Three kinds of arithmetic, chosen from the tensor types:
+- float: float32 activations and weights (the weights may be the output of a DEQUANTIZE node).
+- hybrid (dynamic range): float32 activations, int8 weights; the weights are dequantized once and the op
+  runs in float. LiteRT instead quantizes the activations on the fly, so the two differ by that rounding.
+- quant: int8 or uint8 activations and weights, int32 bias: TFLite's integer arithmetic (cpu/conv.py).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable
+
+import numpy as np
+
+from ..cpu import conv as K
+from ..cpu.quant import activation_range, dequantize, quantize_multipliers
+from ..errors import DelegateError, ModelError
+from ..graph import ACT_SIGN_BIT, ACT_TANH, PADDING_SAME, PADDING_VALID, Graph, Node, Tensor
+from .base import Op, input_count, prepared, register
+
+FLOAT, HYBRID, QUANT = "float", "hybrid", "quant"
+F32, I8, U8, I32 = np.dtype(np.float32), np.dtype(np.int8), np.dtype(np.uint8), np.dtype(np.int32)
+
+
+# -- helpers shared by the ops of this family (pool.py uses some) --------------------------------------------
+
+def tensor_of(node: Node, graph: Graph, i: int) -> Tensor | None:
+    """Input i's tensor, None when omitted."""
+    t = node.inputs[i] if i < len(node.inputs) else -1
+    return graph.tensors[t] if t >= 0 else None
+
+
+def output_of(node: Node, graph: Graph) -> Tensor:
+    if len(node.outputs) != 1:
+        raise ModelError(f"{node}: expects 1 output, has {len(node.outputs)}")
+    return graph.tensors[node.outputs[0]]
+
+
+def need_rank(node: Node, t: Tensor, rank: int, what: str) -> None:
+    if len(t.shape) != rank:
+        raise ModelError(f"{node}: {what} must have rank {rank}, has shape {list(t.shape)}")
+
+
+def activation(node: Node) -> int:
+    code = int(node.attrs.get("fused_activation_function", 0))
+    if not 0 <= code <= 5:
+        raise ModelError(f"{node}: unknown fused_activation_function {code}")
+    return code
+
+
+def window_attrs(node: Node) -> tuple[int, int, int, int, int]:
+    """(padding, stride_h, stride_w, dilation_h, dilation_w) from the options, validated."""
+    a = node.attrs
+    padding = int(a.get("padding", PADDING_SAME))
+    if padding not in (PADDING_SAME, PADDING_VALID):
+        raise ModelError(f"{node}: unknown padding {padding} (0 = SAME, 1 = VALID)")
+    sh, sw = int(a.get("stride_h", 0)), int(a.get("stride_w", 0))
+    dh, dw = int(a.get("dilation_h_factor", 1)), int(a.get("dilation_w_factor", 1))
+    if sh < 1 or sw < 1:
+        raise ModelError(f"{node}: strides must be >= 1, got stride_h={sh} stride_w={sw}")
+    if dh < 1 or dw < 1:
+        raise ModelError(f"{node}: dilation factors must be >= 1, got {dh}, {dw}")
+    return padding, sh, sw, dh, dw
+
+
+def need_window(node: Node, win: K.Window) -> K.Window:
+    if win.oh < 1 or win.ow < 1:
+        raise ModelError(f"{node}: the window leaves an empty output ({win.oh}x{win.ow})")
+    return win
+
+
+def scalar_quant(node: Node, t: Tensor, what: str) -> tuple[float, int]:
+    if t.quant is None:
+        raise ModelError(f"{node}: quantized {what} tensor {t.name!r} has no quantization parameters")
+    if t.quant.per_channel:
+        raise ModelError(f"{node}: {what} tensor {t.name!r} must be quantized per tensor")
+    return t.quant.scalar()
+
+
+def from_constants(graph: Graph, t: int) -> bool:
+    """Tensor t is a constant, or the output of a DEQUANTIZE / DENSIFY of constants (fp16 and sparse
+    weights): the same value at every invoke."""
+    if t < 0:
+        return False
+    if graph.tensors[t].data is not None:
+        return True
+    producer = prepared(graph, ("producers",), graph.producers).get(t)
+    return producer is not None and graph.nodes[producer].op in ("DEQUANTIZE", "DENSIFY") and all(
+        i < 0 or graph.tensors[i].data is not None for i in graph.nodes[producer].inputs)
+
+
+def with_const(node: Node, graph: Graph, i: int, tag: str, make: Callable[[], object]):
+    """make(), memoized on the graph when input i does not change between invokes (weights, nearly always)."""
+    if from_constants(graph, node.inputs[i] if i < len(node.inputs) else -1):
+        return prepared(graph, (tag, node.index), make)
+    return make()
+
+
+def as_f32(x: np.ndarray) -> np.ndarray:
+    """A C-contiguous, writable float32 array: what the numba kernels are compiled for."""
+    return np.require(x, np.float32, ("C", "W"))
+
+
+def float_bias(node: Node, graph: Graph, inputs: list, i: int) -> np.ndarray | None:
+    if i >= len(inputs) or inputs[i] is None:
+        return None
+    return with_const(node, graph, i, "bias_f32", lambda: np.array(inputs[i], np.float32).reshape(-1))
+
+
+def int_bias(inputs: list, i: int, n: int) -> np.ndarray:
+    if i >= len(inputs) or inputs[i] is None:
+        return np.zeros(n, np.int64)
+    return inputs[i].reshape(-1).astype(np.int64)
+
+
+def kind_of(node: Node, x: Tensor, w: Tensor, b: Tensor | None, y: Tensor, out_axis: int,
+            symmetric_int8: bool = True) -> str:
+    """Which arithmetic the node needs; a ModelError for a type combination TFLite has no kernel for.
+    ``symmetric_int8``: the int8 kernel ignores the filter's zero point, so it must be 0."""
+    if w.sparsity is not None:
+        raise ModelError(f"{node}: sparse weights {w.name!r} must go through DENSIFY first")
+    if x.dtype == F32:
+        if y.dtype != F32:
+            raise ModelError(f"{node}: float32 input needs a float32 output, not {y.dtype}")
+        if b is not None and b.dtype != F32:
+            raise ModelError(f"{node}: float32 input needs a float32 bias, not {b.dtype}")
+        if w.dtype == F32:
+            return FLOAT
+        if w.dtype in (I8, U8) and w.quant is not None:
+            return HYBRID
+        raise ModelError(f"{node}: float32 input with {w.type_name or w.dtype} weights is not supported")
+    if x.dtype in (I8, U8):
+        if w.dtype != x.dtype or y.dtype != x.dtype:
+            raise ModelError(f"{node}: {x.dtype} input needs {x.dtype} weights and output, got "
+                             f"{w.dtype} weights and {y.dtype} output")
+        scalar_quant(node, x, "input")
+        scalar_quant(node, y, "output")
+        if w.quant is None:
+            raise ModelError(f"{node}: quantized weights {w.name!r} have no quantization parameters")
+        if w.quant.per_channel:
+            if x.dtype == U8:
+                raise ModelError(f"{node}: per-channel weights need int8; TFLite has no uint8 kernel "
+                                 "for them")
+            if w.quant.axis != out_axis:
+                raise ModelError(f"{node}: per-channel weights must be quantized along dimension {out_axis}, "
+                                 f"not {w.quant.axis}")
+        if x.dtype == I8 and symmetric_int8 and np.any(w.quant.zero_point != 0):
+            raise ModelError(f"{node}: int8 weights must be symmetric (zero point 0)")
+        if b is not None and b.dtype != I32:
+            raise ModelError(f"{node}: quantized {x.dtype} op needs an int32 bias, not {b.dtype}")
+        return QUANT
+    raise ModelError(f"{node}: {x.type_name or x.dtype} input is not supported")
+
+
+def dequantized(node: Node, graph: Graph, inputs: list, i: int) -> np.ndarray:
+    """Hybrid weights as float32, dequantized once per model."""
+    q = tensor_of(node, graph, i).quant
+    return with_const(node, graph, i, "dequantized",
+                      lambda: dequantize(inputs[i], q.scale, q.zero_point, q.axis if q.per_channel else None))
+
+
+def requant_params(node: Node, x: Tensor, w: Tensor, y: Tensor, channels: int,
+                   per_channel_math: bool) -> K.Requant:
+    """TFLite's output multipliers. The per-channel kernels (int8 conv) compute input_scale * filter_scale /
+    output_scale in double; the per-tensor ones (uint8, per-tensor FC) take the product in float32 first
+    (GetQuantizedConvolutionMultipler). The two differ at rounding ties."""
+    in_s, _ = x.quant.scalar()
+    out_s, out_zp = y.quant.scalar()
+    ws = w.quant.scale
+    if per_channel_math:
+        reals = [float(np.float64(in_s) * np.float64(s) / np.float64(out_s)) for s in ws]
+    else:
+        reals = [float(np.float64(np.float32(in_s) * np.float32(ws[0])) / np.float64(out_s))]
+    mult, shift = quantize_multipliers(np.array(reals))
+    if mult.size == 1:
+        mult, shift = np.repeat(mult, channels), np.repeat(shift, channels)
+    qmin, qmax = activation_range(activation(node), out_s, out_zp, y.dtype)
+    return K.Requant(mult, shift, out_zp, qmin, qmax, y.dtype)
+
+
+def filter_zp(w: Tensor, channels: int) -> np.ndarray:
+    """The weights' zero point per output channel, int64."""
+    zp = w.quant.zero_point.astype(np.int64)
+    return zp if zp.size == channels else np.repeat(zp[:1], channels)
+
+
+# -- CONV_2D -------------------------------------------------------------------------------------------------
+
+def _window(node: Node, xs: tuple, ws: tuple) -> K.Window:
+    """Window of a conv or depthwise conv: input NHWC, filter [*, KH, KW, *]."""
+    padding, sh, sw, dh, dw = window_attrs(node)
+    return need_window(node, K.Window.make(padding, xs[1], xs[2], ws[1], ws[2], sh, sw, dh, dw))
+
+
+def _conv_shapes(node: Node, xs: tuple, ws: tuple) -> K.Window:
+    """Validate CONV_2D input [N, H, W, C] against filter [O, KH, KW, C / groups]; the window."""
+    if len(xs) != 4 or len(ws) != 4:
+        raise ModelError(f"{node}: input and filter must have rank 4, have {list(xs)} and {list(ws)}")
+    o, cg = ws[0], ws[3]
+    if cg < 1 or xs[3] % cg:
+        raise ModelError(f"{node}: input channels {xs[3]} are not a multiple of the filter's {cg}")
+    if o % (xs[3] // cg):
+        raise ModelError(f"{node}: {o} output channels do not split into {xs[3] // cg} groups")
+    return _window(node, xs, ws)
+
+
+@register
+class Conv2D(Op):
+    name = "CONV_2D"
+
+    @staticmethod
+    def gpu_support(node: Node, graph: Graph) -> bool | str:
+        return conv2d_gpu_support(node, graph)
+
+    @staticmethod
+    def lower(node: Node, graph: Graph, ctx) -> None:
+        lower_conv2d(node, ctx)
+
+    @staticmethod
+    def check(node: Node, graph: Graph) -> None:
+        input_count(node, 2, 3)
+        x, w, b = (tensor_of(node, graph, i) for i in range(3))
+        y = output_of(node, graph)
+        if x is None or w is None:
+            raise ModelError(f"{node}: input and filter are required")
+        _conv_shapes(node, x.shape, w.shape)
+        if b is not None and b.size != w.shape[0]:
+            raise ModelError(f"{node}: bias has {b.size} values for {w.shape[0]} output channels")
+        activation(node)
+        kind_of(node, x, w, b, y, out_axis=0)
+
+    @staticmethod
+    def infer(node: Node, graph: Graph, shapes: list) -> list[tuple[int, ...]]:
+        xs, ws = shapes[0], shapes[1]
+        win = _conv_shapes(node, xs, ws)
+        return [(xs[0], win.oh, win.ow, ws[0])]
+
+    @staticmethod
+    def run_cpu(node: Node, graph: Graph, inputs: list) -> list[np.ndarray]:
+        x, w = inputs[0], inputs[1]
+        xt, wt, bt = (tensor_of(node, graph, i) for i in range(3))
+        yt = graph.tensors[node.outputs[0]]
+        win = _window(node, x.shape, w.shape)
+        o, _, _, cg = w.shape
+        groups = x.shape[3] // cg
+        kind = kind_of(node, xt, wt, bt, yt, out_axis=0)
+        if kind != QUANT:
+            if kind == HYBRID:
+                w = dequantized(node, graph, inputs, 1)
+            mats = with_const(node, graph, 1, "conv_f32",
+                              lambda: K.weight_matrices(np.asarray(w, np.float32), groups))
+            lo, hi = K.float_range(activation(node))
+            return [K.conv2d_float(as_f32(x), mats, float_bias(node, graph, inputs, 2), win, lo, hi)]
+        og = o // groups
+
+        def mats() -> list[K.QuantMatrix]:
+            zp = filter_zp(wt, o)
+            return [K.quant_matrix(w[g * og:(g + 1) * og].reshape(og, -1).T, zp[g * og:(g + 1) * og])
+                    for g in range(groups)]
+
+        ms = with_const(node, graph, 1, "quant_matrix", mats)
+        rq = prepared(graph, ("requant", node.index),
+                      lambda: requant_params(node, xt, wt, yt, o, per_channel_math=xt.dtype == I8))
+        return [K.conv2d_quant(x, xt.quant.scalar()[1], ms, win, int_bias(inputs, 2, o), rq)]
+
+    @staticmethod
+    def macs(node: Node, graph: Graph) -> int:
+        w, y = tensor_of(node, graph, 1), output_of(node, graph)
+        return y.size * int(np.prod(w.shape[1:]))
+
+
+# -- DEPTHWISE_CONV_2D ---------------------------------------------------------------------------------------
+
+def _dw_shapes(node: Node, xs: tuple, ws: tuple) -> K.Window:
+    """Validate DEPTHWISE_CONV_2D input [N, H, W, C] against filter [1, KH, KW, C * multiplier]. The
+    depth_multiplier option is not checked: TFLite's kernels derive the multiplier from the shapes too."""
+    if len(xs) != 4 or len(ws) != 4:
+        raise ModelError(f"{node}: input and filter must have rank 4, have {list(xs)} and {list(ws)}")
+    c, oc = xs[3], ws[3]
+    if ws[0] != 1:
+        raise ModelError(f"{node}: a depthwise filter has shape [1, H, W, C], not {list(ws)}")
+    if c < 1 or oc % c:
+        raise ModelError(f"{node}: filter channels {oc} are not a multiple of input channels {c}")
+    return _window(node, xs, ws)
+
+
+def _repeat_channels(x: np.ndarray, multiplier: int) -> np.ndarray:
+    """Output channel c reads input channel c // multiplier: repeat the input channels to match."""
+    return x if multiplier == 1 else np.repeat(x, multiplier, axis=3)
+
+
+@register
+class DepthwiseConv2D(Op):
+    name = "DEPTHWISE_CONV_2D"
+
+    @staticmethod
+    def gpu_support(node: Node, graph: Graph) -> bool | str:
+        return gpu_check(DepthwiseConv2D, node, graph, {1: "filter", 2: "bias"})
+
+    @staticmethod
+    def lower(node: Node, graph: Graph, ctx) -> None:
+        lower_depthwise(node, ctx)
+
+    @staticmethod
+    def check(node: Node, graph: Graph) -> None:
+        input_count(node, 2, 3)
+        x, w, b = (tensor_of(node, graph, i) for i in range(3))
+        y = output_of(node, graph)
+        if x is None or w is None:
+            raise ModelError(f"{node}: input and filter are required")
+        _dw_shapes(node, x.shape, w.shape)
+        if b is not None and b.size != w.shape[3]:
+            raise ModelError(f"{node}: bias has {b.size} values for {w.shape[3]} output channels")
+        activation(node)
+        kind_of(node, x, w, b, y, out_axis=3)
+
+    @staticmethod
+    def infer(node: Node, graph: Graph, shapes: list) -> list[tuple[int, ...]]:
+        xs, ws = shapes[0], shapes[1]
+        win = _dw_shapes(node, xs, ws)
+        return [(xs[0], win.oh, win.ow, ws[3])]
+
+    @staticmethod
+    def run_cpu(node: Node, graph: Graph, inputs: list) -> list[np.ndarray]:
+        x, w = inputs[0], inputs[1]
+        xt, wt, bt = (tensor_of(node, graph, i) for i in range(3))
+        yt = graph.tensors[node.outputs[0]]
+        win = _window(node, x.shape, w.shape)
+        oc = w.shape[3]
+        mult = oc // x.shape[3]
+        kind = kind_of(node, xt, wt, bt, yt, out_axis=3)
+        if kind != QUANT:
+            if kind == HYBRID:
+                w = dequantized(node, graph, inputs, 1)
+            wk = with_const(node, graph, 1, "dw_f32", lambda: as_f32(np.array(w[0], np.float32)))
+            bias = float_bias(node, graph, inputs, 2)
+            lo, hi = K.float_range(activation(node))
+            return [K.depthwise_float(_repeat_channels(as_f32(x), mult), wk,
+                                      bias if bias is not None else np.zeros(oc, np.float32), win, lo, hi)]
+        wk = with_const(node, graph, 1, "dw_quant",
+                        lambda: as_f32(w[0].astype(np.int64) - filter_zp(wt, oc).reshape(1, 1, -1)))
+        rq = prepared(graph, ("requant", node.index),
+                      lambda: requant_params(node, xt, wt, yt, oc, per_channel_math=xt.dtype == I8))
+        xs = K.shifted_f32(x, xt.quant.scalar()[1])
+        return [K.depthwise_quant(_repeat_channels(xs, mult), wk, win, int_bias(inputs, 2, oc), rq)]
+
+    @staticmethod
+    def macs(node: Node, graph: Graph) -> int:
+        w, y = tensor_of(node, graph, 1), output_of(node, graph)
+        return y.size * w.shape[1] * w.shape[2]
+
+
+# -- TRANSPOSE_CONV and MediaPipe's Convolution2DTransposeBias -----------------------------------------------
+
+def check_transpose_conv(node: Node, graph: Graph, xi: int, wi: int, bi: int) -> None:
+    x, w, b = tensor_of(node, graph, xi), tensor_of(node, graph, wi), tensor_of(node, graph, bi)
+    if x is None or w is None:
+        raise ModelError(f"{node}: input and weights are required")
+    need_rank(node, x, 4, "input")
+    need_rank(node, w, 4, "weights")
+    if x.shape[3] != w.shape[3]:
+        raise ModelError(f"{node}: input has {x.shape[3]} channels, weights [O, H, W, I] expect {w.shape[3]}")
+    if b is not None and b.size != w.shape[0]:
+        raise ModelError(f"{node}: bias has {b.size} values for {w.shape[0]} output channels")
+    kind_of(node, x, w, b, output_of(node, graph), out_axis=0)
+
+
+def transpose_conv(node: Node, graph: Graph, inputs: list, xi: int, wi: int, bi: int, out_hw: tuple[int, int],
+                   pads: tuple[int, int], strides: tuple[int, int], act: int) -> np.ndarray:
+    """TFLite's TransposeConv: input pixel (iy, ix) adds x[iy, ix, :] . w[o, ky, kx, :] to output pixel
+    (iy*sh - pt + ky, ix*sw - pl + kx) of channel o; weights [O, KH, KW, I]. A matmul gives every
+    (pixel, ky, kx, o) product sum at once, and a scatter adds them into place."""
+    x, w = inputs[xi], inputs[wi]
+    xt, wt, bt = tensor_of(node, graph, xi), tensor_of(node, graph, wi), tensor_of(node, graph, bi)
+    yt = graph.tensors[node.outputs[0]]
+    n, h, wd, ci = x.shape
+    o, kh, kw, _ = w.shape
+    (oh, ow), (pt, pl), (sh, sw) = out_hw, pads, strides
+    kind = kind_of(node, xt, wt, bt, yt, out_axis=0)
+    if kind != QUANT:
+        if kind == HYBRID:
+            w = dequantized(node, graph, inputs, wi)
+        wm = with_const(node, graph, wi, "tconv_f32", lambda: np.ascontiguousarray(
+            np.asarray(w, np.float32).transpose(3, 1, 2, 0).reshape(ci, -1)))
+        with K.serial_blas():
+            cols = as_f32(x).reshape(-1, ci) @ wm
+        y = np.ascontiguousarray(K.col2im_add(cols, n, h, wd, kh, kw, sh, sw, pt, pl, oh, ow)).reshape(-1, o)
+        K.bias_act(y, float_bias(node, graph, inputs, bi), *K.float_range(act))
+        return y.reshape(n, oh, ow, o)
+    qm = with_const(node, graph, wi, "tconv_quant", lambda: K.quant_matrix(
+        w.transpose(3, 1, 2, 0).reshape(ci, -1), np.tile(filter_zp(wt, o), kh * kw)))
+    rq = prepared(graph, ("requant", node.index),
+                  lambda: requant_params(node, xt, wt, yt, o, per_channel_math=xt.dtype == I8))
+    xs, shift = K.int8_range(x.reshape(-1, ci))
+    x_zp = xt.quant.scalar()[1] - shift
+    with K.serial_blas():
+        cols = K.qmatmul(xs, qm).astype(np.float64) - x_zp * qm.colsum.astype(np.float64)
+    acc = np.ascontiguousarray(K.col2im_add(cols, n, h, wd, kh, kw, sh, sw, pt, pl, oh, ow)).reshape(-1, o)
+    return K.requantize(acc, int_bias(inputs, bi, o), rq).reshape(n, oh, ow, o)
+
+
+def _tconv_geometry(node: Node, graph: Graph, ws: tuple) -> tuple[tuple, tuple, tuple]:
+    """TRANSPOSE_CONV: the output size is given; the padding is that of the forward conv from output to
+    input."""
+    padding, sh, sw, _, _ = window_attrs(node)
+    shape = _output_shape(node, graph)
+    oh, ow = shape[1], shape[2]
+    pt = K.pad_before(oh, ws[1], sh, 1, K.out_size(padding, oh, ws[1], sh))
+    pl = K.pad_before(ow, ws[2], sw, 1, K.out_size(padding, ow, ws[2], sw))
+    return (oh, ow), (pt, pl), (sh, sw)
+
+
+def _output_shape(node: Node, graph: Graph) -> tuple[int, ...]:
+    t = tensor_of(node, graph, 0)
+    if t is None or t.data is None:
+        raise ModelError(f"{node}: output_shape (input 0) must be a constant tensor")
+    if t.data.dtype != I32 or t.data.size != 4:
+        raise ModelError(f"{node}: output_shape must hold 4 int32 values, has {t.data.size} {t.data.dtype}")
+    shape = tuple(int(d) for d in t.data.reshape(-1))
+    if min(shape) < 1:
+        raise ModelError(f"{node}: output_shape {list(shape)} has a dimension < 1")
+    return shape
+
+
+@register
+class TransposeConv(Op):
+    """Inputs: output_shape (constant int32 [4]), weights [O, KH, KW, I], input, optional bias."""
+
+    name = "TRANSPOSE_CONV"
+
+    @staticmethod
+    def gpu_support(node: Node, graph: Graph) -> bool | str:
+        return gpu_check(TransposeConv, node, graph, {1: "weights", 3: "bias"})
+
+    @staticmethod
+    def lower(node: Node, graph: Graph, ctx) -> None:
+        _, pads, strides = _tconv_geometry(node, graph, ctx.shape(ctx.input(node, 1)))
+        lower_transpose_conv(node, ctx, 2, 1, 3, pads, strides, activation(node))
+
+    @staticmethod
+    def check(node: Node, graph: Graph) -> None:
+        input_count(node, 3, 4)
+        check_transpose_conv(node, graph, 2, 1, 3)
+        x, w = tensor_of(node, graph, 2), tensor_of(node, graph, 1)
+        shape = _output_shape(node, graph)
+        if shape[0] != x.shape[0] or shape[3] != w.shape[0]:
+            raise ModelError(f"{node}: output_shape {list(shape)} does not match batch {x.shape[0]} and "
+                             f"{w.shape[0]} output channels")
+        activation(node)
+        window_attrs(node)
+
+    @staticmethod
+    def infer(node: Node, graph: Graph, shapes: list) -> list[tuple[int, ...]]:
+        return [_output_shape(node, graph)]
+
+    @staticmethod
+    def run_cpu(node: Node, graph: Graph, inputs: list) -> list[np.ndarray]:
+        hw, pads, strides = _tconv_geometry(node, graph, inputs[1].shape)
+        return [transpose_conv(node, graph, inputs, 2, 1, 3, hw, pads, strides, activation(node))]
+
+    @staticmethod
+    def macs(node: Node, graph: Graph) -> int:
+        return tensor_of(node, graph, 2).size * int(np.prod(tensor_of(node, graph, 1).shape[:3]))
+
+
+TFLITE_PADDING_SAME, TFLITE_PADDING_VALID = 1, 2  # TfLitePadding (C API), not the schema's numbering
+
+
+def _mediapipe_params(node: Node) -> tuple[int, int, int]:
+    """custom_options is the raw C struct TfLiteTransposeConvParams {padding, stride_width, stride_height}."""
+    if len(node.custom_options) < 12:
+        raise ModelError(f"{node}: custom options hold {len(node.custom_options)} bytes, expected the "
+                         "12-byte TfLiteTransposeConvParams")
+    padding, sw, sh = struct.unpack_from("<iii", node.custom_options)
+    if padding not in (TFLITE_PADDING_SAME, TFLITE_PADDING_VALID):
+        raise ModelError(f"{node}: unknown padding {padding} (1 = SAME, 2 = VALID)")
+    if sw < 1 or sh < 1:
+        raise ModelError(f"{node}: strides must be >= 1, got {sw}, {sh}")
+    return padding, sh, sw
+
+
+def _mediapipe_geometry(node: Node, xs: tuple, ws: tuple) -> tuple[tuple, tuple, tuple]:
+    """MediaPipe's Prepare: SAME trims max(0, k - (in - 1) % s - 1) from the full size (in - 1) * s + k."""
+    padding, sh, sw = _mediapipe_params(node)
+    hw, pads = [], []
+    for size, k, s in ((xs[1], ws[1], sh), (xs[2], ws[2], sw)):
+        trim = max(0, k - (size - 1) % s - 1) if padding == TFLITE_PADDING_SAME else 0
+        hw.append(s * (size - 1) + k - trim)
+        pads.append(trim // 2)
+    return tuple(hw), tuple(pads), (sh, sw)
+
+
+@register
+class Convolution2DTransposeBias(Op):
+    """MediaPipe's custom op (float32 only, like its kernel). Inputs: input, weights [O, KH, KW, I], bias."""
+
+    name = "Convolution2DTransposeBias"
+
+    @staticmethod
+    def gpu_support(node: Node, graph: Graph) -> bool | str:
+        return gpu_check(Convolution2DTransposeBias, node, graph, {1: "weights", 2: "bias"})
+
+    @staticmethod
+    def lower(node: Node, graph: Graph, ctx) -> None:
+        _, pads, strides = _mediapipe_geometry(node, ctx.shape(ctx.input(node, 0)),
+                                           ctx.shape(ctx.input(node, 1)))
+        lower_transpose_conv(node, ctx, 0, 1, 2, pads, strides, 0)
+
+    @staticmethod
+    def check(node: Node, graph: Graph) -> None:
+        input_count(node, 3)
+        check_transpose_conv(node, graph, 0, 1, 2)
+        if tensor_of(node, graph, 0).dtype != F32 or tensor_of(node, graph, 1).dtype != F32:
+            raise ModelError(f"{node}: MediaPipe's transposed convolution takes float32 input and weights "
+                             "only")
+        _mediapipe_params(node)
+
+    @staticmethod
+    def infer(node: Node, graph: Graph, shapes: list) -> list[tuple[int, ...]]:
+        (oh, ow), _, _ = _mediapipe_geometry(node, shapes[0], shapes[1])
+        return [(shapes[0][0], oh, ow, shapes[1][0])]
+
+    @staticmethod
+    def run_cpu(node: Node, graph: Graph, inputs: list) -> list[np.ndarray]:
+        hw, pads, strides = _mediapipe_geometry(node, inputs[0].shape, inputs[1].shape)
+        return [transpose_conv(node, graph, inputs, 0, 1, 2, hw, pads, strides, 0)]
+
+    @staticmethod
+    def macs(node: Node, graph: Graph) -> int:
+        return tensor_of(node, graph, 0).size * int(np.prod(tensor_of(node, graph, 1).shape[:3]))
+
+
+# -- FULLY_CONNECTED -----------------------------------------------------------------------------------------
+
+def _fc_shape(node: Node, xs: tuple, ws: tuple) -> tuple[int, ...]:
+    k = ws[1]
+    size = int(np.prod(xs, dtype=np.int64))
+    if node.attrs.get("keep_num_dims", False):
+        if not xs or xs[-1] != k:
+            raise ModelError(f"{node}: keep_num_dims needs the input's last dimension ({list(xs)}) to be {k}")
+        return (*xs[:-1], ws[0])
+    if k < 1 or size % k:
+        raise ModelError(f"{node}: input of {size} values does not split into rows of {k}")
+    return (size // k, ws[0])
+
+
+@register
+class FullyConnected(Op):
+    name = "FULLY_CONNECTED"
+
+    @staticmethod
+    def gpu_support(node: Node, graph: Graph) -> bool | str:
+        return gpu_check(FullyConnected, node, graph, {1: "weights", 2: "bias"})
+
+    @staticmethod
+    def lower(node: Node, graph: Graph, ctx) -> None:
+        lower_fully_connected(node, ctx)
+
+    @staticmethod
+    def check(node: Node, graph: Graph) -> None:
+        input_count(node, 2, 3)
+        x, w, b = (tensor_of(node, graph, i) for i in range(3))
+        if x is None or w is None:
+            raise ModelError(f"{node}: input and weights are required")
+        need_rank(node, w, 2, "weights")
+        if int(node.attrs.get("weights_format", 0)) != 0:
+            raise ModelError(f"{node}: shuffled weights format {node.attrs['weights_format']} is not "
+                             "supported")
+        if b is not None and b.size != w.shape[0]:
+            raise ModelError(f"{node}: bias has {b.size} values for {w.shape[0]} outputs")
+        if activation(node) in (ACT_TANH, ACT_SIGN_BIT):
+            name = "TANH" if activation(node) == ACT_TANH else "SIGN_BIT"
+            raise ModelError(f"{node}: fused activation {name} is not supported by FULLY_CONNECTED (TFLite "
+                             "refuses it too)")
+        _fc_shape(node, x.shape, w.shape)
+        kind_of(node, x, w, b, output_of(node, graph), out_axis=0, symmetric_int8=False)
+
+    @staticmethod
+    def infer(node: Node, graph: Graph, shapes: list) -> list[tuple[int, ...]]:
+        return [_fc_shape(node, shapes[0], shapes[1])]
+
+    @staticmethod
+    def run_cpu(node: Node, graph: Graph, inputs: list) -> list[np.ndarray]:
+        x, w = inputs[0], inputs[1]
+        xt, wt, bt = (tensor_of(node, graph, i) for i in range(3))
+        yt = graph.tensors[node.outputs[0]]
+        shape = _fc_shape(node, x.shape, w.shape)
+        o, k = w.shape
+        x2 = x.reshape(-1, k)
+        kind = kind_of(node, xt, wt, bt, yt, out_axis=0, symmetric_int8=False)
+        if kind != QUANT:
+            if kind == HYBRID:
+                w = dequantized(node, graph, inputs, 1)
+            wm = with_const(node, graph, 1, "fc_f32",
+                            lambda: K.weight_matrices(np.asarray(w, np.float32), 1)[0])
+            lo, hi = K.float_range(activation(node))
+            y = K.linear_float(as_f32(x2), wm, float_bias(node, graph, inputs, 2), lo, hi)
+            return [y.reshape(shape)]
+        qm = with_const(node, graph, 1, "quant_matrix", lambda: K.quant_matrix(w.T, filter_zp(wt, o)))
+        rq = prepared(graph, ("requant", node.index),
+                      lambda: requant_params(node, xt, wt, yt, o, per_channel_math=wt.quant.per_channel))
+        xs, shift = K.int8_range(x2)
+        out = K.linear_quant(xs, xt.quant.scalar()[1] - shift, qm, int_bias(inputs, 2, o), rq)
+        return [out.reshape(shape)]
+
+    @staticmethod
+    def macs(node: Node, graph: Graph) -> int:
+        return output_of(node, graph).size * tensor_of(node, graph, 1).shape[1]
+
+
+# -- BATCH_MATMUL --------------------------------------------------------------------------------------------
+
+def _bmm_dims(node: Node, xs: tuple, ys: tuple) -> tuple[tuple[int, ...], int]:
+    """(output shape, contraction length) with adj_x / adj_y and broadcast batch dimensions."""
+    if not (2 <= len(xs) <= 5 and 2 <= len(ys) <= 5):
+        raise ModelError(f"{node}: operands must have rank 2 to 5, have {list(xs)} and {list(ys)}")
+    m, kx = (xs[-1], xs[-2]) if node.attrs.get("adj_x", False) else (xs[-2], xs[-1])
+    ky, n = (ys[-1], ys[-2]) if node.attrs.get("adj_y", False) else (ys[-2], ys[-1])
+    if kx != ky:
+        raise ModelError(f"{node}: contraction sizes differ ({kx} vs {ky}) for shapes {list(xs)}, {list(ys)}")
+    try:
+        batch = np.broadcast_shapes(tuple(xs[:-2]), tuple(ys[:-2]))
+    except ValueError:
+        raise ModelError(f"{node}: batch dimensions of {list(xs)} and {list(ys)} do not broadcast") from None
+    return (*batch, m, n), kx
+
+
+@register
+class BatchMatMul(Op):
+    name = "BATCH_MATMUL"
+
+    @staticmethod
+    def gpu_support(node: Node, graph: Graph) -> bool | str:
+        return batch_matmul_gpu_support(node, graph)
+
+    @staticmethod
+    def lower(node: Node, graph: Graph, ctx) -> None:
+        lower_batch_matmul(node, ctx)
+
+    @staticmethod
+    def check(node: Node, graph: Graph) -> None:
+        input_count(node, 2)
+        x, w = tensor_of(node, graph, 0), tensor_of(node, graph, 1)
+        y = output_of(node, graph)
+        if x is None or w is None:
+            raise ModelError(f"{node}: both operands are required")
+        _bmm_dims(node, x.shape, w.shape)
+        if x.dtype == U8:
+            raise ModelError(f"{node}: uint8 operands are not supported (TFLite has no uint8 kernel)")
+        if kind_of(node, x, w, None, y, out_axis=len(w.shape) - 1, symmetric_int8=False) == QUANT:
+            scalar_quant(node, w, "second operand")
+
+    @staticmethod
+    def infer(node: Node, graph: Graph, shapes: list) -> list[tuple[int, ...]]:
+        return [_bmm_dims(node, shapes[0], shapes[1])[0]]
+
+    @staticmethod
+    def run_cpu(node: Node, graph: Graph, inputs: list) -> list[np.ndarray]:
+        x, w = inputs[0], inputs[1]
+        xt, wt = tensor_of(node, graph, 0), tensor_of(node, graph, 1)
+        yt = graph.tensors[node.outputs[0]]
+        shape, _ = _bmm_dims(node, x.shape, w.shape)
+        kind = kind_of(node, xt, wt, None, yt, out_axis=len(wt.shape) - 1, symmetric_int8=False)
+        if kind == QUANT:
+            # Exact: float64 sums of products of 9-bit integers.
+            x = np.subtract(x, np.float64(xt.quant.scalar()[1]), dtype=np.float64)
+            w = np.subtract(w, np.float64(wt.quant.scalar()[1]), dtype=np.float64)
+        elif kind == HYBRID:
+            w = dequantized(node, graph, inputs, 1)
+        if node.attrs.get("adj_x", False):
+            x = np.swapaxes(x, -1, -2)
+        if node.attrs.get("adj_y", False):
+            w = np.swapaxes(w, -1, -2)
+        with K.serial_blas():
+            y = np.matmul(x, w)
+        if kind != QUANT:
+            return [y.astype(np.float32, copy=False)]
+        rq = prepared(graph, ("requant", node.index),
+                      lambda: requant_params(node, xt, wt, yt, shape[-1], per_channel_math=False))
+        acc = np.ascontiguousarray(y.reshape(-1, shape[-1]))
+        return [K.requantize(acc, np.zeros(shape[-1], np.int64), rq).reshape(shape)]
+
+    @staticmethod
+    def macs(node: Node, graph: Graph) -> int:
+        x, w = tensor_of(node, graph, 0), tensor_of(node, graph, 1)
+        shape, k = _bmm_dims(node, x.shape, w.shape)
+        return int(np.prod(shape, dtype=np.int64)) * k
+
+
+# -- the GPU side (kernels/conv2d.cl and friends): support, blocking, weight layouts ----------------------------
+#
+# Every weight layout is built once per preparation through ctx.const, in the order the kernel's inner loop
+# reads it. The float value of a constant comes from ctx.const_data (int8 / fp16 / hybrid already
+# dequantized); quantized models run in float, with the framework's fake-quant after each op.
+
+def gpu_check(op: type[Op], node: Node, graph: Graph, consts: dict[int, str]) -> bool | str:
+    """The op's own validation and the inputs that must be constants on the GPU (or DEQUANTIZE / DENSIFY
+    of constants, which lowering folds): input slot -> what it is."""
+    try:
+        op.check(node, graph)
+    except ModelError as e:
+        return str(e)
+    for i, what in consts.items():
+        t = node.inputs[i] if i < len(node.inputs) else -1
+        if t >= 0 and not from_constants(graph, t):
+            return f"the {what} (input {i}) is computed at run time; the GPU path takes constant {what}s only"
+    return True
+
+
+def _slices(channels: int) -> int:
+    return (channels + 3) // 4
+
+
+def _pow2_at_most(n: int, cap: int) -> int:
+    """The largest power of two <= min(n, cap), at least 1."""
+    p = 1
+    while p * 2 <= min(n, cap):
+        p *= 2
+    return p
+
+
+FLAT_ROW = 16384  # conv2d_1x1.cl numbers its blocks of pixels in rows of this many work items
+WIDE_PIXELS = 2048  # 1x1 layers of at least this many pixels take 8 pixels per work item on a CPU device
+
+
+def gpu_blocking(device_type: str, dst_slices: int, pixels: int, flat: bool = False) -> tuple[int, int]:
+    """(output slices, pixels) per work item. A CPU device (PoCL, llvmpipe) runs few work items at a time
+    and is bound by loads: 4 x 4 gives each loaded weight row 4 uses and each input value 16 (2-3x the
+    speed of one output vec4 per work item on PoCL). llvmpipe, whose every buffer load is a gather, runs
+    the 1x1 kernel 1.3-1.8x faster at 8 pixels (conv2d_1x1.cl.cl does them 4 at a time on PoCL), but
+    compiles it twice as slowly (~1.5 s): only layers of many pixels get 8. A GPU wants many more work
+    items and fewer registers each."""
+    cap_s, cap_x = ((4, 8 if flat and pixels >= WIDE_PIXELS else 4) if device_type == "cpu" else (2, 2))
+    block_s = cap_s if dst_slices >= cap_s else _pow2_at_most(2 * dst_slices - 1, cap_s)
+    return block_s, _pow2_at_most(pixels, cap_x)
+
+
+def act_defines(code: int) -> dict:
+    """The fused activation as the kernels' ACT / ACT_MIN / ACT_MAX: TFLite's float clamp (TANH and SIGN_BIT
+    are ignored by its conv, fully-connected and pool kernels, and so here)."""
+    lo, hi = K.float_range(code)
+    if np.isinf(lo) and np.isinf(hi):
+        return {"ACT": 0}
+    return {"ACT": 1, "ACT_MIN": float(lo), "ACT_MAX": float(hi)}
+
+
+def const_value(ctx, node: Node, t: int) -> np.ndarray:
+    """The float32 value of a constant input (gpu_check let only constants through; a DEQUANTIZE of weights
+    left in another partition would make it a run-time tensor here)."""
+    value = ctx.const_data(t)
+    if value is None:
+        raise DelegateError(f"{node}: input tensor {t} is not a constant in this GPU partition")
+    return np.asarray(value, np.float32)
+
+
+def conv_weight_rows(w: np.ndarray, block_s: int) -> np.ndarray:
+    """Filter [O, KH, KW, I] as conv2d.cl's rows [block][ky][kx][src slice][c][j]: row = the 4 output channels
+    4 * (block * block_s + j) + 0..3 for input channel 4 * (src slice) + c, zero-padded. The block_s rows of
+    one input channel are adjacent: conv2d_1x1.cl.cl reads them as one wide vector."""
+    o, kh, kw, i = w.shape
+    blocks = -(-_slices(o) // block_s)
+    padded = np.zeros((blocks * block_s * 4, kh, kw, _slices(i) * 4), np.float32)
+    padded[:o, :, :, :i] = w
+    r = padded.reshape(blocks, block_s, 4, kh, kw, _slices(i), 4)  # [blk, j, lane, ky, kx, s, c]
+    return np.ascontiguousarray(r.transpose(0, 3, 4, 5, 6, 1, 2)).reshape(-1, 4)
+
+
+def dense_filter(w: np.ndarray, groups: int) -> np.ndarray:
+    """A grouped filter [O, KH, KW, I / groups] as the equivalent dense one, zero outside each group's block
+    of input channels (a grouped convolution then costs as much as a dense one)."""
+    if groups == 1:
+        return w
+    o, kh, kw, cg = w.shape
+    og = o // groups
+    dense = np.zeros((o, kh, kw, cg * groups), np.float32)
+    for g in range(groups):
+        dense[g * og:(g + 1) * og, :, :, g * cg:(g + 1) * cg] = w[g * og:(g + 1) * og]
+    return dense
+
+
+def channel_rows(values: np.ndarray, n_slices: int) -> np.ndarray:
+    """Per-channel values (a bias) as one row per slice, zero-padded to n_slices rows."""
+    rows = np.zeros(n_slices * 4, np.float32)
+    v = np.asarray(values, np.float32).reshape(-1)
+    rows[: v.size] = v
+    return rows.reshape(-1, 4)
+
+
+def emit_conv(ctx, node: Node, src: int, dst: int, bias: int, w_key: str, weights: Callable[[], np.ndarray],
+              kernel_hw: tuple[int, int], stride: tuple[int, int], dilation: tuple[int, int],
+              pads: tuple[int, int], act: int) -> None:
+    """A convolution through kernels/conv2d.cl, or conv2d_1x1.cl for a 1x1 window at stride 1 without
+    padding: that one numbers pixels across the batch, which also serves a FULLY_CONNECTED whose rows are
+    pixels (src and dst then differ in shape but not in pixel count). ``weights()`` gives the dense filter
+    [O, KH, KW, I]; its layout is keyed by ``w_key`` and the blocking."""
+    b, h, w, _ = ctx.bhwc(src)
+    ob, oh, ow, oc = ctx.bhwc(dst)
+    (kh, kw), (sh, sw), (dh, dw), (pt, pl) = kernel_hw, stride, dilation, pads
+    flat = (kh, kw, sh, sw, pt, pl) == (1, 1, 1, 1, 0, 0) and b * h * w == ob * oh * ow and \
+        (node.op == "FULLY_CONNECTED" or (h, w) == (oh, ow))
+    block_s, block_x = gpu_blocking(ctx.device_type, _slices(oc), ob * oh * ow if flat else ow, flat)
+    blocks = -(-_slices(oc) // block_s)
+    consts = {"w": ctx.const(f"{w_key}:{block_s}", lambda: conv_weight_rows(weights(), block_s))}
+    if bias >= 0:
+        consts["bias"] = ctx.const(f"conv_bias:{bias}:{blocks * block_s}",
+                                   lambda: channel_rows(const_value(ctx, node, bias), blocks * block_s))
+    defines = {"BLOCK_S": block_s, "BLOCK_X": block_x, "HAS_BIAS": int(bias >= 0), **act_defines(act)}
+    if flat:
+        pix_blocks = -(-ob * oh * ow // block_x)
+        defines["PIX_BLOCKS"] = pix_blocks
+        grid = (min(pix_blocks, FLAT_ROW), -(-pix_blocks // FLAT_ROW), blocks)
+        ctx.kernel("conv2d_1x1", {"src": src}, {"dst": dst}, consts, defines, grid)
+        return
+    masked = pt > 0 or pl > 0 or (oh - 1) * sh - pt + (kh - 1) * dh >= h or (ow - 1) * sw - pl + (kw - 1) * dw >= w
+    defines.update({"KH": kh, "KW": kw, "SH": sh, "SW": sw, "DH": dh, "DW": dw, "PT": pt, "PL": pl,
+                    "DST_BLOCKS": blocks, "MASKED": int(masked)})
+    ctx.kernel("conv2d", {"src": src}, {"dst": dst}, consts, defines, (-(-ow // block_x), oh, ob * blocks))
+
+
+def lower_conv2d(node: Node, ctx) -> None:
+    src, wt, bias, dst = ctx.input(node, 0), ctx.input(node, 1), ctx.input(node, 2), ctx.output(node)
+    xs = ctx.shape(src)
+    o, kh, kw, cg = const_value(ctx, node, wt).shape
+    _, sh, sw, dh, dw = window_attrs(node)
+    groups = xs[3] // cg
+    pads = ctx.padding(node, (xs[1], xs[2]), (kh, kw), (sh, sw), (dh, dw))
+    emit_conv(ctx, node, src, dst, bias, f"conv_w:{wt}:{groups}",
+              lambda: dense_filter(const_value(ctx, node, wt), groups), (kh, kw), (sh, sw), (dh, dw), pads,
+              activation(node))
+
+
+def lower_depthwise(node: Node, ctx) -> None:
+    src, wt, bias, dst = ctx.input(node, 0), ctx.input(node, 1), ctx.input(node, 2), ctx.output(node)
+    b, h, w, c = ctx.bhwc(src)
+    ob, oh, ow, oc = ctx.bhwc(dst)
+    _, kh, kw, _ = const_value(ctx, node, wt).shape
+    _, sh, sw, dh, dw = window_attrs(node)
+    pt, pl = ctx.padding(node, (h, w), (kh, kw), (sh, sw), (dh, dw))
+    block_x = _pow2_at_most(ow, 4 if ctx.device_type == "cpu" else 2)
+    s = _slices(oc)
+
+    def rows() -> np.ndarray:  # [1, KH, KW, OC] -> [slice][ky][kx], 4 channels a row
+        padded = np.zeros((kh, kw, s * 4), np.float32)
+        padded[:, :, :oc] = const_value(ctx, node, wt).reshape(kh, kw, oc)
+        return np.ascontiguousarray(padded.reshape(kh, kw, s, 4).transpose(2, 0, 1, 3)).reshape(-1, 4)
+
+    consts = {"w": ctx.const(f"dw_w:{wt}", rows)}
+    if bias >= 0:
+        consts["bias"] = ctx.const(f"conv_bias:{bias}:{s}", lambda: channel_rows(const_value(ctx, node, bias), s))
+    masked = pl > 0 or (ow - 1) * sw - pl + (kw - 1) * dw >= w
+    defines = {"KH": kh, "KW": kw, "SH": sh, "SW": sw, "DH": dh, "DW": dw, "PT": pt, "PL": pl,
+               "BLOCK_X": block_x, "MULT": oc // c, "MASKED": int(masked), "HAS_BIAS": int(bias >= 0),
+               **act_defines(activation(node))}
+    ctx.kernel("depthwise_conv2d", {"src": src}, {"dst": dst}, consts, defines, (-(-ow // block_x), oh, ob * s))
+
+
+def lower_transpose_conv(node: Node, ctx, xi: int, wi: int, bi: int, pads: tuple[int, int],
+                         strides: tuple[int, int], act: int) -> None:
+    src, wt, dst = ctx.input(node, xi), ctx.input(node, wi), ctx.output(node)
+    bias = ctx.input(node, bi)
+    ob, oh, ow, oc = ctx.bhwc(dst)
+    _, kh, kw, _ = const_value(ctx, node, wt).shape
+    block_s = gpu_blocking(ctx.device_type, _slices(oc), 1)[0]
+    blocks = -(-_slices(oc) // block_s)
+    consts = {"w": ctx.const(f"tconv_w:{wt}:{block_s}",
+                             lambda: conv_weight_rows(const_value(ctx, node, wt), block_s))}
+    if bias >= 0:
+        consts["bias"] = ctx.const(f"conv_bias:{bias}:{blocks * block_s}",
+                                   lambda: channel_rows(const_value(ctx, node, bias), blocks * block_s))
+    defines = {"KH": kh, "KW": kw, "SH": strides[0], "SW": strides[1], "PT": pads[0], "PL": pads[1],
+               "BLOCK_S": block_s, "DST_BLOCKS": blocks, "HAS_BIAS": int(bias >= 0), **act_defines(act)}
+    ctx.kernel("conv_transpose", {"src": src}, {"dst": dst}, consts, defines, (ow, oh, ob * blocks))
+
+
+def lower_fully_connected(node: Node, ctx) -> None:
+    src, wt, bias, dst = ctx.input(node, 0), ctx.input(node, 1), ctx.input(node, 2), ctx.output(node)
+    o, k = const_value(ctx, node, wt).shape
+    if ctx.bhwc(src)[3] == k:  # rows are pixels: a 1x1 convolution
+        emit_conv(ctx, node, src, dst, bias, f"fc_w:{wt}", lambda: const_value(ctx, node, wt).reshape(o, 1, 1, k),
+                  (1, 1), (1, 1), (1, 1), (0, 0), activation(node))
+        return
+    s = _slices(o)
+
+    def rows() -> np.ndarray:  # [O, K] -> [slice][k], 4 outputs a row
+        padded = np.zeros((s * 4, k), np.float32)
+        padded[:o] = const_value(ctx, node, wt)
+        return np.ascontiguousarray(padded.reshape(s, 4, k).transpose(0, 2, 1)).reshape(-1, 4)
+
+    consts = {"w": ctx.const(f"fc_rows:{wt}", rows)}
+    if bias >= 0:
+        consts["bias"] = ctx.const(f"conv_bias:{bias}:{s}", lambda: channel_rows(const_value(ctx, node, bias), s))
+    ob, oh, ow, _ = ctx.bhwc(dst)
+    defines = {"K": k, "HAS_BIAS": int(bias >= 0), **act_defines(activation(node))}
+    ctx.kernel("fully_connected", {"src": src}, {"dst": dst}, consts, defines, (ob * oh * ow, s, 1))
+
+
+def lower_batch_matmul(node: Node, ctx) -> None:
+    x, y, dst = ctx.input(node, 0), ctx.input(node, 1), ctx.output(node)
+    _, k = _bmm_dims(node, ctx.shape(x), ctx.shape(y))
+    yb, yh, yw, yc = ctx.bhwc(y)
+    defines = {"K": k, "ADJ_X": int(bool(node.attrs.get("adj_x", False))),
+               "ADJ_Y": int(bool(node.attrs.get("adj_y", False))), "Y_CONST": int(ctx.is_const(y)),
+               "Y_B": yb, "Y_H": yh, "Y_W": yw, "Y_C": yc, "Y_S": _slices(yc)}
+    inputs, consts = {"x": x}, {}
+    if ctx.is_const(y):
+        from ..lowering.emit import to_phwc4  # the lowering imports the ops
+
+        consts["yc"] = ctx.const(f"bmm_rhs:{y}", lambda: to_phwc4(const_value(ctx, node, y).reshape(yb, yh, yw, yc)))
+    else:
+        inputs["y"] = y
+    ob, oh, ow, oc = ctx.bhwc(dst)
+    ctx.kernel("batch_matmul", inputs, {"dst": dst}, consts, defines, (ow, oh, ob * _slices(oc)))
+
+
+MAX_GPU_GROUPS = 8  # a grouped filter runs as a dense one: groups times the work
+
+
+def conv2d_gpu_support(node: Node, graph: Graph) -> bool | str:
+    verdict = gpu_check(Conv2D, node, graph, {1: "filter", 2: "bias"})
+    if verdict is not True:
+        return verdict
+    groups = graph.tensors[node.inputs[0]].shape[3] // graph.tensors[node.inputs[1]].shape[3]
+    if groups > MAX_GPU_GROUPS:
+        return (f"a convolution of {groups} groups (the GPU runs a grouped filter as a dense one, {groups} times "
+                f"the work; at most {MAX_GPU_GROUPS} groups)")
+    return True
+
+
+def batch_matmul_gpu_support(node: Node, graph: Graph) -> bool | str:
+    verdict = gpu_check(BatchMatMul, node, graph, {})
+    if verdict is not True:
+        return verdict
+    if from_constants(graph, node.inputs[0]):
+        return "the first operand is a constant (the GPU path takes a constant second operand only)"
+    for t in node.inputs:
+        if len(graph.tensors[t].shape) > 4:
+            return f"operand {graph.tensors[t].name!r} has rank {len(graph.tensors[t].shape)} (at most 4 on the GPU)"
+    return True

@@ -1,0 +1,369 @@
+"""The convolution family on the GPU (OpenCL and OpenGL ES) against LiteRT: CONV_2D (windows, strides,
+dilation, every fused activation, groups, batch 2), DEPTHWISE_CONV_2D (depth multipliers), TRANSPOSE_CONV,
+FULLY_CONNECTED (pixel rows and rows that cut across pixels, keep_num_dims), BATCH_MATMUL (two computed
+operands, broadcast batches, adjoints, a constant right side), AVERAGE/MAX_POOL_2D, a PAD merged into the
+convolution that reads it, elementwise ops fused into a convolution, int8 models against TFLite's reference
+kernels, fp16 storage; MediaPipe's Convolution2DTransposeBias against a numpy formula (LiteRT lacks it).
+
+Each model fans out or chains many ops so that one model covers many cases: a kernel compiles once per
+distinct shape. Channel counts are odd (3, 5, 7, 13) so that last slices are partial, and spatial sizes
+leave partial blocks of pixels. Every test asserts that each node ran on the backend under test.
+"""
+
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+import pytest
+from reference import assert_float_close, assert_quant_close, run, run_litert
+
+import gpu_delegate as gd
+from gpu_delegate.tflite.writer import ModelBuilder
+
+I32 = np.int32
+
+_DELEGATES: dict[tuple[str, bool], gd.GpuDelegate] = {}
+
+
+def delegate(backend: str, fp16: bool = False) -> gd.GpuDelegate:
+    """One delegate per backend and precision for the module: programs compiled once are shared."""
+    key = (backend, fp16)
+    if key not in _DELEGATES:
+        _DELEGATES[key] = gd.GpuDelegate(backend=backend, precision_loss_allowed=fp16)
+    return _DELEGATES[key]
+
+
+@pytest.fixture(scope="module", params=["cl", "gl"])
+def backend(request) -> str:
+    try:
+        delegate(request.param)
+    except gd.DelegateError as e:
+        pytest.skip(f"backend {request.param} is not available here: {e}")
+    return request.param
+
+
+class Builder:
+    """A model built op by op over named tensors; constants are given as arrays. ``no_bias`` omits an
+    optional bias in our model but gives LiteRT's (which refuses an omitted CONV_2D bias) a zero one."""
+
+    def __init__(self):
+        self.mb = ModelBuilder()
+        self.ids: dict[str, int] = {}
+        self.feeds: list[np.ndarray] = []
+        self.rng = np.random.default_rng(0)
+        self.zero_biases: dict[tuple[int, int], int] = {}  # (op, input slot) -> zero constant
+
+    def no_bias(self, channels: int) -> tuple[str, int]:
+        return ("no_bias", self.const(np.zeros(channels, np.float32)))
+
+    def input(self, name: str, shape, dtype=np.float32, q=None) -> str:
+        self.ids[name] = self.mb.input(name, shape, dtype, **self._quant(q))
+        if np.dtype(dtype) == np.float32:
+            self.feeds.append(self.rng.standard_normal(shape).astype(np.float32))
+        else:
+            info = np.iinfo(dtype)
+            self.feeds.append(self.rng.integers(info.min, info.max + 1, shape).astype(dtype))
+        return name
+
+    def const(self, value, dtype=None, q=None) -> int:
+        value = np.asarray(value, dtype)
+        return self.mb.tensor(f"c{len(self.mb.tensors)}", value.shape, value.dtype, data=value, **self._quant(q))
+
+    def weights(self, shape) -> int:
+        return self.const(self.rng.standard_normal(shape).astype(np.float32))
+
+    def op(self, op: str, ins: list, out: str, shape, dtype=np.float32, q=None, output: bool = True,
+           custom_options: bytes | None = None, version: int = 1, **opts) -> str:
+        for slot, x in enumerate(ins):
+            if isinstance(x, tuple):
+                self.zero_biases[len(self.mb.ops), slot] = x[1]
+        args = [self.ids[x] if isinstance(x, str) else -1 if isinstance(x, tuple) else x for x in ins]
+        self.ids[out] = self.mb.tensor(out, shape, dtype, **self._quant(q))
+        self.mb.op(op, args, [self.ids[out]], custom_options=custom_options, version=version, **opts)
+        if output:
+            self.mb.output(self.ids[out])
+        return out
+
+    @staticmethod
+    def _quant(q) -> dict:
+        if q is None:
+            return {}
+        scale, zp = q[0], q[1]
+        return {"scale": scale, "zero_point": zp, "axis": q[2] if len(q) > 2 else 0}
+
+    def build(self, reference: bool = False) -> bytes:
+        if not reference:
+            return self.mb.build()
+        ops = list(self.mb.ops)
+        for (k, slot), t in self.zero_biases.items():
+            op = ops[k]
+            ops[k] = (op[0], [t if j == slot else i for j, i in enumerate(op[1])], *op[2:])
+        ours, self.mb.ops = self.mb.ops, ops
+        try:
+            return self.mb.build()
+        finally:
+            self.mb.ops = ours
+
+
+def out_len(size: int, k: int, stride: int, padding: str, dilation: int = 1) -> int:
+    eff = (k - 1) * dilation + 1
+    return -(-size // stride) if padding == "SAME" else (size - eff) // stride + 1
+
+
+def run_gpu(content: bytes, inputs: list[np.ndarray], backend: str, fp16: bool = False):
+    """Our interpreter with the GPU delegate; every node must have run on ``backend``."""
+    it = gd.Interpreter(model_content=content, experimental_delegates=[delegate(backend, fp16)])
+    outs = run(it, inputs)
+    off = [(d["index"], d["op_name"], d["backend"]) for d in it.get_ops_details() if d["backend"] != backend]
+    assert not off, f"nodes not on {backend}: {off}; why: {it.cpu_reasons()}"
+    return it, outs
+
+
+def check_float(b: Builder, backend: str, fp16: bool = False):
+    ref = run_litert(b.build(reference=True), b.feeds)
+    it, outs = run_gpu(b.build(), b.feeds, backend, fp16)
+    names = [b.mb.tensors[t]["name"] for t in b.mb.outputs]
+    for name, o, r in zip(names, outs, ref, strict=True):
+        assert_float_close(o, r, 2e-2 if fp16 else 1e-4, what=f"{name} on {backend}{' fp16' if fp16 else ''}")
+    return it
+
+
+def plan_notes(it: gd.Interpreter) -> list[str]:
+    (plan,) = [s.kernel.runner.plan for s in it._steps if hasattr(getattr(s, "kernel", None), "runner")]
+    return plan.notes
+
+
+def conv(b: Builder, x: str, out: str, cin: int, hw: tuple, cout: int, k: tuple, stride: int, padding: str,
+         dilation: int = 1, act: str = "NONE", bias: bool = True, n: int = 2, groups: int = 1,
+         output: bool = True) -> str:
+    oh = out_len(hw[0], k[0], stride, padding, dilation)
+    ow = out_len(hw[1], k[1], stride, padding, dilation)
+    w = b.weights([cout, *k, cin // groups])
+    bias_t = b.weights([cout]) if bias else b.no_bias(cout)
+    return b.op("CONV_2D", [x, w, bias_t], out, [n, oh, ow, cout], padding=padding, stride_h=stride,
+                stride_w=stride, dilation_h_factor=dilation, dilation_w_factor=dilation,
+                fused_activation_function=act, output=output)
+
+
+def depthwise(b: Builder, x: str, out: str, c: int, hw: tuple, mult: int, k: int, stride: int, padding: str,
+              dilation: int = 1, act: str = "NONE", bias: bool = True, n: int = 2, output: bool = True) -> str:
+    oh, ow = (out_len(s, k, stride, padding, dilation) for s in hw)
+    w = b.weights([1, k, k, c * mult])
+    bias_t = b.weights([c * mult]) if bias else b.no_bias(c * mult)
+    return b.op("DEPTHWISE_CONV_2D", [x, w, bias_t], out, [n, oh, ow, c * mult], padding=padding,
+                stride_h=stride, stride_w=stride, dilation_h_factor=dilation, dilation_w_factor=dilation,
+                depth_multiplier=mult, fused_activation_function=act, output=output)
+
+
+def test_conv_and_depthwise(backend):
+    """Every window kind of conv2d.cl / conv2d_1x1.cl / depthwise_conv2d.cl on a batch of 2 with 5 channels."""
+    b = Builder()
+    x = b.input("x", [2, 9, 11, 5])
+    hw = (9, 11)
+    conv(b, x, "c3x3_same_relu", 5, hw, 7, (3, 3), 1, "SAME", act="RELU")
+    conv(b, x, "c3x3_valid_s2_relu6_nobias", 5, hw, 13, (3, 3), 2, "VALID", act="RELU6", bias=False)
+    conv(b, x, "c1x1_relu_n1_to_1", 5, hw, 3, (1, 1), 1, "SAME", act="RELU_N1_TO_1")
+    conv(b, x, "c2x3_dilated_tanh", 5, hw, 5, (2, 3), 1, "SAME", dilation=2, act="TANH")
+    conv(b, x, "c1x1_s2_sign_bit", 5, hw, 13, (1, 1), 2, "VALID", act="SIGN_BIT")
+    conv(b, x, "c5x5_s2", 5, hw, 4, (5, 5), 2, "SAME")
+    conv(b, x, "c3x3_valid_dilated", 5, hw, 17, (3, 3), 1, "VALID", dilation=2)
+    g = b.input("g", [2, 9, 11, 6])
+    conv(b, g, "grouped_3", 6, hw, 9, (3, 3), 1, "SAME", groups=3, act="RELU")
+    depthwise(b, x, "dw3x3_relu6", 5, hw, 1, 3, 1, "SAME", act="RELU6")
+    depthwise(b, x, "dw3x3_s2_mult2", 5, hw, 2, 3, 2, "VALID", bias=False)
+    depthwise(b, x, "dw3x3_dilated_relu", 5, hw, 1, 3, 1, "SAME", dilation=2, act="RELU")
+    depthwise(b, x, "dw5x5_s2_mult3", 5, hw, 3, 5, 2, "SAME", act="RELU_N1_TO_1")
+    big = b.input("big", [1, 300, 450, 3])  # 16875 blocks of 8 pixels: a second row of work items
+    conv(b, big, "c1x1_many_pixels", 3, (300, 450), 5, (1, 1), 1, "VALID", n=1)
+    check_float(b, backend)
+
+
+def chain(b: Builder) -> None:
+    """PAD -> VALID conv (merged) -> + y -> RELU (both fused into the conv) -> PAD -> VALID depthwise
+    (merged) -> 1x1 conv -> MAX_POOL -> FULLY_CONNECTED over the flattened pixels."""
+    x = b.input("x", [1, 8, 9, 13])
+    b.op("PAD", [x, b.const(np.array([[0, 0], [1, 1], [2, 1], [0, 0]], I32))], "padded", [1, 10, 12, 13],
+         output=False)
+    conv(b, "padded", "conv", 13, (10, 12), 7, (3, 3), 1, "VALID", n=1, output=False)
+    y = b.input("y", [1, 8, 10, 7])
+    b.op("ADD", ["conv", y], "sum", [1, 8, 10, 7], output=False)
+    b.op("RELU", ["sum"], "relu", [1, 8, 10, 7])
+    b.op("PAD", ["relu", b.const(np.array([[0, 0], [1, 1], [1, 1], [0, 0]], I32))], "padded2", [1, 10, 12, 7],
+         output=False)
+    depthwise(b, "padded2", "dw", 7, (10, 12), 1, 3, 1, "VALID", n=1, output=False)
+    conv(b, "dw", "pointwise", 7, (8, 10), 5, (1, 1), 1, "VALID", act="RELU6", n=1, output=False)
+    b.op("MAX_POOL_2D", ["pointwise"], "pool", [1, 4, 5, 5], padding="VALID", stride_h=2, stride_w=2,
+         filter_height=2, filter_width=2, output=False)
+    b.op("FULLY_CONNECTED", ["pool", b.weights([3, 100]), b.weights([3])], "fc", [1, 3])
+
+
+def test_merged_pad_and_fused_elementwise(backend):
+    b = Builder()
+    chain(b)
+    notes = plan_notes(check_float(b, backend))
+    assert any(n.startswith("merged") and "CONV_2D" in n for n in notes), notes
+    assert any(n.startswith("merged") and "DEPTHWISE_CONV_2D" in n for n in notes), notes
+    assert any(n.startswith("fused") and "(ADD)" in n for n in notes), notes
+    assert any(n.startswith("fused") and "(RELU)" in n for n in notes), notes
+
+
+def test_fp16_storage(backend):
+    b = Builder()
+    chain(b)
+    conv(b, "x", "c3x3_s2", 13, (8, 9), 7, (3, 3), 2, "SAME", n=1)
+    b.op("BATCH_MATMUL", ["x", b.weights([13, 6])], "bmm", [1, 8, 9, 6])
+    check_float(b, backend, fp16=True)
+
+
+def test_transpose_conv(backend):
+    b = Builder()
+    x = b.input("x", [2, 4, 5, 5])
+    for name, cout, k, stride, padding, out_hw, bias, act in [
+        ("t3_s2_same", 3, 3, 2, "SAME", (8, 10), True, None),
+        ("t4_s2_same_nobias", 7, 4, 2, "SAME", (8, 10), False, None),
+        ("t3_s2_valid_relu", 13, 3, 2, "VALID", (9, 11), True, "RELU"),
+        ("t3_s2_same_cropped", 5, 3, 2, "SAME", (7, 9), True, None),
+        ("t2_s1_valid", 4, 2, 1, "VALID", (5, 6), False, None),
+    ]:
+        shape = b.const(np.array([2, *out_hw, cout], I32))
+        ins = [shape, b.weights([cout, k, k, 5]), x] + ([b.weights([cout])] if bias else [])
+        opts = {"fused_activation_function": act} if act else {}
+        b.op("TRANSPOSE_CONV", ins, name, [2, *out_hw, cout], padding=padding, stride_h=stride, stride_w=stride,
+             version=4 if act else 3 if bias else 1, **opts)
+    check_float(b, backend)
+
+
+def transpose_conv_reference(x, w, bias, stride, pads, out_hw) -> np.ndarray:
+    """Straight from the definition: input pixel (iy, ix) adds its products with tap (ky, kx) to output
+    pixel (iy * sh - pt + ky, ix * sw - pl + kx)."""
+    n, h, wd, _ = x.shape
+    o, kh, kw, _ = w.shape
+    out = np.zeros((n, *out_hw, o)) + bias
+    for iy in range(h):
+        for ix in range(wd):
+            for ky in range(kh):
+                for kx in range(kw):
+                    oy, ox = iy * stride[0] - pads[0] + ky, ix * stride[1] - pads[1] + kx
+                    if 0 <= oy < out_hw[0] and 0 <= ox < out_hw[1]:
+                        out[:, oy, ox] += x[:, iy, ix].astype(np.float64) @ w[:, ky, kx].T.astype(np.float64)
+    return out.astype(np.float32)
+
+
+def test_mediapipe_transpose_conv_bias(backend):
+    """Convolution2DTransposeBias: custom options are TfLiteTransposeConvParams {padding (1 SAME, 2 VALID),
+    stride_w, stride_h}; SAME trims max(0, k - (in - 1) % s - 1) off (in - 1) * s + k, the top/left half
+    rounded down."""
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal([2, 5, 6, 7]).astype(np.float32)
+    mb = ModelBuilder()
+    xi = mb.input("x", x.shape)
+    cases = [(1, 4, (2, 2), (9, 12), (1, 1)), (1, 3, (1, 2), (5, 12), (1, 0)), (2, 3, (2, 2), (11, 13), (0, 0))]
+    weights = []
+    for k, (padding, ksize, stride, out_hw, _) in enumerate(cases):
+        w = rng.standard_normal([5, ksize, ksize, 7]).astype(np.float32)
+        bias = rng.standard_normal(5).astype(np.float32)
+        weights.append((w, bias))
+        y = mb.tensor(f"y{k}", [2, *out_hw, 5])
+        mb.op("Convolution2DTransposeBias", [xi, mb.const(f"w{k}", w), mb.const(f"b{k}", bias)], [y],
+              custom_options=struct.pack("<iii", padding, stride[1], stride[0]))
+        mb.output(y)
+    _, outs = run_gpu(mb.build(), [x], backend)
+    for (padding, _, stride, out_hw, pads), (w, bias), out in zip(cases, weights, outs):
+        assert_float_close(out, transpose_conv_reference(x, w, bias, stride, pads, out_hw),
+                           what=f"padding {padding} stride {stride} on {backend}")
+
+
+def test_fully_connected_and_batch_matmul(backend):
+    b = Builder()
+    x2 = b.input("x2", [3, 20])
+    b.op("FULLY_CONNECTED", [x2, b.weights([7, 20]), b.weights([7])], "fc_rows", [3, 7],
+         fused_activation_function="RELU")
+    x4 = b.input("x4", [1, 2, 3, 5])
+    b.op("FULLY_CONNECTED", [x4, b.weights([6, 30]), b.no_bias(6)], "fc_flattened", [1, 6])
+    x3 = b.input("x3", [2, 3, 12])
+    b.op("FULLY_CONNECTED", [x3, b.weights([5, 12]), b.weights([5])], "fc_keep_dims", [2, 3, 5],
+         keep_num_dims=True, fused_activation_function="RELU6")
+    b.op("FULLY_CONNECTED", ["x4", b.weights([5, 10]), b.weights([5])], "fc_cut_rows", [3, 5],
+         fused_activation_function="RELU_N1_TO_1")
+    bx = b.input("bx", [2, 3, 5, 7])
+    by = b.input("by", [2, 3, 7, 6])
+    b.op("BATCH_MATMUL", [bx, by], "bmm", [2, 3, 5, 6])
+    ax = b.input("ax", [2, 1, 7, 5])
+    ay = b.input("ay", [3, 6, 7])
+    b.op("BATCH_MATMUL", [ax, ay], "bmm_adj_broadcast", [2, 3, 5, 6], adj_x=True, adj_y=True)
+    b.op("BATCH_MATMUL", ["x3", b.weights([12, 9])], "bmm_const", [2, 3, 9])
+    check_float(b, backend)
+
+
+def test_pool(backend):
+    b = Builder()
+    x = b.input("x", [2, 9, 11, 13])
+    for name, op, k, stride, padding, act in [
+        ("avg3_s2_same", "AVERAGE_POOL_2D", (3, 3), 2, "SAME", "NONE"),  # edge windows average fewer pixels
+        ("max2_s2_valid_relu", "MAX_POOL_2D", (2, 2), 2, "VALID", "RELU"),
+        ("max3_s1_same_relu6", "MAX_POOL_2D", (3, 3), 1, "SAME", "RELU6"),
+        ("avg2x3_valid_relu_n1_to_1", "AVERAGE_POOL_2D", (2, 3), 1, "VALID", "RELU_N1_TO_1"),
+    ]:
+        oh, ow = out_len(9, k[0], stride, padding), out_len(11, k[1], stride, padding)
+        b.op(op, [x], name, [2, oh, ow, 13], padding=padding, stride_h=stride, stride_w=stride,
+             filter_height=k[0], filter_width=k[1], fused_activation_function=act)
+    check_float(b, backend)
+
+
+def test_int8(backend):
+    """Full-integer int8 with per-channel weights, run in float with a fake-quant step after each op,
+    against TFLite's integer reference kernels. Every op reads the model's input: in a chain, one step of
+    difference upstream moves downstream values across rounding boundaries, and each op's own agreement
+    would be lost in that noise."""
+    rng = np.random.default_rng(5)
+    b = Builder()
+    x = b.input("x", [2, 10, 9, 5], np.int8, (0.02, 3))
+
+    def qweights(shape, axis: int, channels: int):
+        scales = rng.uniform(0.004, 0.01, channels)
+        return b.const(rng.integers(-127, 128, shape).astype(np.int8), q=(scales, np.zeros(channels), axis)), scales
+
+    def qbias(channels: int, w_scales):
+        return b.const(rng.integers(-2000, 2000, channels).astype(I32), q=(0.02 * w_scales, np.zeros(channels)))
+
+    w, ws = qweights([7, 3, 3, 5], 0, 7)
+    b.op("CONV_2D", [x, w, qbias(7, ws)], "conv", [2, 10, 9, 7], np.int8, (0.05, -5), padding="SAME",
+         stride_h=1, stride_w=1, fused_activation_function="RELU6", version=3)
+    w, ws = qweights([1, 3, 3, 10], 3, 10)
+    b.op("DEPTHWISE_CONV_2D", [x, w, qbias(10, ws)], "dw", [2, 5, 4, 10], np.int8, (0.04, 2),
+         padding="SAME", stride_h=2, stride_w=3, depth_multiplier=2, version=3)
+    b.op("AVERAGE_POOL_2D", [x], "pool", [2, 5, 5, 5], np.int8, (0.02, 3), padding="SAME", stride_h=2,
+         stride_w=2, filter_height=3, filter_width=2)
+    b.op("MAX_POOL_2D", [x], "max_pool", [2, 4, 4, 5], np.int8, (0.02, 3), padding="VALID", stride_h=2,
+         stride_w=2, filter_height=3, filter_width=3, fused_activation_function="RELU")
+    w, ws = qweights([11, 450], 0, 11)
+    b.op("FULLY_CONNECTED", [x, w, qbias(11, ws)], "fc", [2, 11], np.int8, (0.2, -3), version=5)
+    w, ws = qweights([6, 5], 0, 6)
+    b.op("FULLY_CONNECTED", [x, w, -1], "fc_pixels", [180, 6], np.int8, (0.03, 1), version=5)
+    content = b.build()
+    ref = run_litert(content, b.feeds, reference_kernels=True)
+    _, outs = run_gpu(content, b.feeds, backend)
+    for name, o, r in zip(["conv", "dw", "pool", "max_pool", "fc", "fc_pixels"], outs, ref, strict=True):
+        assert r.std() > 3 and np.mean(r == -128) + np.mean(r == 127) < 0.3, \
+            f"{name}: the test's scales leave the reference degenerate"
+        assert_quant_close(o, r, what=f"{name} on {backend}")
+
+
+def test_refusals_say_why(backend):
+    """A filter computed at run time (the GPU path lays out constant weights once) and a convolution of more
+    than 8 groups (run as a dense one, it would cost groups times the work) stay on the CPU, with a reason."""
+    mb = ModelBuilder()
+    x = mb.input("x", [1, 4, 4, 16])
+    w = mb.input("w", [2, 1, 1, 16])
+    y = mb.tensor("y", [1, 4, 4, 2])
+    mb.op("CONV_2D", [x, w, -1], [y], padding="VALID", stride_h=1, stride_w=1)
+    z = mb.tensor("z", [1, 4, 4, 16])
+    mb.op("CONV_2D", [x, mb.const("g", np.ones([16, 1, 1, 1], np.float32)), -1], [z], padding="VALID",
+          stride_h=1, stride_w=1)
+    mb.output(y, z)
+    it = gd.Interpreter(model_content=mb.build(), experimental_delegates=[delegate(backend)])
+    assert [d["backend"] for d in it.get_ops_details()] == ["cpu", "cpu"]
+    reasons = it.cpu_reasons()
+    assert "filter" in reasons[0] and "constant" in reasons[0], reasons
+    assert "16 groups" in reasons[1], reasons

@@ -1,0 +1,142 @@
+"""Every model in ../shared/models runs wholly on the GPU delegate, on OpenCL and on OpenGL ES, and matches
+LiteRT.
+
+The MobileNets carry random weights: by their last layers the float activations have decayed to ~1e-18 and
+every softmax output is 0.001, so their final outputs would match almost anything. So besides the model's
+outputs, a few intermediate tensors (probes: the input of the last node, and the outputs of nodes a
+quarter, half and three quarters of the way through) are made outputs of the delegated partition too,
+and each is compared with the tensor LiteRT's BUILTIN kernels computed, relative to that tensor's own
+magnitude. The partition is run through the delegate's kernel interface (init / prepare / invoke), the
+very calls the interpreter makes, once per model and backend; the interpreter itself is asked where every
+node runs.
+
+Tolerances: float models 1e-4 of max|ref| (outputs: 1e-4 * (1 + max|ref|)); fp16 storage
+(precision_loss_allowed) 2e-2; dynamic-range models 5% (LiteRT quantizes their activations on the fly, the
+GPU runs them in float: see test_models_cpu.py); int8 outputs >= 99% identical and at most 2 steps apart.
+int8 probes are not compared: one step of difference (0.1-0.3% of an op's values, rounding a float result
+against TFLite's fixed-point one) moves the values of the next layers across rounding boundaries, more
+with each layer, as it does between LiteRT's own kernel sets.
+"""
+
+from __future__ import annotations
+
+import functools
+import warnings
+
+import numpy as np
+import pytest
+from reference import MODELS, assert_float_close, assert_quant_close, need_models, random_inputs, run_litert
+
+import gpu_delegate as gd
+
+FLOAT_REL = 1e-4
+FP16_REL = 2e-2
+# fp16 keeps 11 bits down to 6e-5 and flushes below 6e-8: a probe's error is taken relative to its max|ref|
+# but to no less than this (the MobileNets' activations decay to ~1e-18, which fp16 stores as 0)
+FP16_FLOOR = 1e-2
+HYBRID_REL = 0.05
+
+# Compiling is what takes the time, cold: ~0.6 s per distinct kernel on PoCL, 0.2-0.6 s on llvmpipe, and a
+# model has 20-55 of them (the int8 ones one per layer: their fake-quant constants differ). The fp16 and
+# dynamic-range MobileNets lower to the very kernels of the fp32 ones, compiled once per delegate. On GL,
+# where a MobileNet also takes 0.5-1 s per invoke, only MobileNet V2 fp32 runs (V1 adds no kernel kind, the
+# int8 path is in test_gpu_conv.py), with the real models.
+GL_MODELS = {"mobilenet/mobilenet_v2_224_fp32.tflite", "real/face_detection_short_range.tflite",
+             "real/iris_landmark.tflite", "real/sine_float.tflite"}
+# fp16 storage (precision_loss_allowed): models whose activations do not decay to nothing
+FP16_MODELS = {"cl": ("real/iris_landmark.tflite", "real/sine_float.tflite"), "gl": ("real/sine_float.tflite",)}
+
+
+def model_names() -> list[str]:
+    if not MODELS.is_dir():
+        return ["(models absent)"]
+    return [str(p.relative_to(MODELS)) for d in ("mobilenet", "real") for p in sorted((MODELS / d).glob("*.tflite"))]
+
+
+def cases() -> list:
+    out = []
+    for name in model_names():
+        for backend in ("cl", "gl"):
+            marks = [pytest.mark.skip(reason="GL runs fewer MobileNets (llvmpipe compiles and runs them slowly)")] \
+                if backend == "gl" and name not in GL_MODELS and MODELS.is_dir() else []
+            out.append(pytest.param(name, backend, False, marks=marks, id=f"{name}-{backend}"))
+            if name in FP16_MODELS[backend]:
+                out.append(pytest.param(name, backend, True, id=f"{name}-{backend}-fp16"))
+    return out
+
+
+@functools.cache
+def delegate(backend: str, fp16: bool) -> gd.GpuDelegate:
+    try:
+        return gd.GpuDelegate(backend=backend, precision_loss_allowed=fp16)
+    except gd.DelegateError as e:
+        pytest.skip(f"backend {backend} is not available here: {e}")
+
+
+@functools.lru_cache(maxsize=1)
+def litert_reference(name: str) -> tuple[bytes, list[np.ndarray], dict[int, np.ndarray], list[np.ndarray]]:
+    """(model, inputs, every tensor LiteRT's BUILTIN kernels computed, LiteRT's default outputs)."""
+    litert = pytest.importorskip("ai_edge_litert.interpreter")
+    content = (need_models() / name).read_bytes()
+    inputs = random_inputs(content)
+    with warnings.catch_warnings():  # "preserve_all_tensors is intended for debugging": so it is here
+        warnings.simplefilter("ignore", UserWarning)
+        it = litert.Interpreter(model_content=content, experimental_preserve_all_tensors=True,
+                                experimental_op_resolver_type=litert.OpResolverType.BUILTIN)
+    it.allocate_tensors()
+    for d, x in zip(it.get_input_details(), inputs):
+        it.set_tensor(d["index"], x)
+    it.invoke()
+    tensors = {d["index"]: it.get_tensor(d["index"]) for d in it.get_tensor_details()}
+    return content, inputs, tensors, run_litert(content, inputs)
+
+
+def probes(graph, nodes: list[int], outputs: list[int]) -> list[int]:
+    """Float tensors inside the partition to read back: the input of the last node, and the outputs of the
+    nodes a quarter, half and three quarters of the way through."""
+    computed = [n for n in nodes if any(graph.tensors[t].data is None for t in graph.nodes[n].inputs if t >= 0)]
+    picks = [graph.nodes[computed[len(computed) * k // 4]].outputs[0] for k in (1, 2, 3)]
+    picks += [t for t in graph.nodes[computed[-1]].inputs if t >= 0 and graph.tensors[t].data is None]
+    return [t for t in dict.fromkeys(picks) if t not in outputs and graph.tensors[t].dtype == np.float32]
+
+
+def relative_error(ours: np.ndarray, ref: np.ndarray, floor: float = 0.0) -> float:
+    """max|ours - ref| / max(max|ref|, floor); 0 when both are zero."""
+    assert ours.shape == ref.shape and ours.dtype == ref.dtype, f"{ours.dtype}{ours.shape} vs {ref.dtype}{ref.shape}"
+    err = float(np.max(np.abs(ours.astype(np.float64) - ref))) if ref.size else 0.0
+    scale = max(float(np.max(np.abs(ref))) if ref.size else 0.0, floor)
+    return err / scale if scale > 0 else (0.0 if err == 0 else np.inf)
+
+
+@pytest.mark.parametrize("name,backend,fp16", cases())
+def test_model_on_gpu(name: str, backend: str, fp16: bool):
+    content, inputs, tensors, ref_outputs = litert_reference(name)
+    d = delegate(backend, fp16)
+    it = gd.Interpreter(model_content=content, experimental_delegates=[d])
+    off = [(x["index"], x["op_name"]) for x in it.get_ops_details() if x["backend"] != backend]
+    assert not off, f"{name}: nodes not on {backend}: {off}; why: {it.cpu_reasons()}"
+    graph = it.graph
+    (partition,) = [s.partition for s in it._steps if hasattr(s, "partition")]
+    probe = probes(graph, partition.nodes, partition.outputs)
+    kernel = d.create_kernel()
+    kernel.init(graph, partition.nodes, partition.inputs, partition.outputs + probe)
+    values = dict(zip([x["index"] for x in it.get_input_details()], inputs))
+    kernel.prepare(values)
+    try:
+        kernel.invoke(values)
+    finally:
+        kernel.runner.close()
+
+    hybrid = "dynrange" in name
+    rel = FP16_REL if fp16 else HYBRID_REL if hybrid else FLOAT_REL
+    for k, (det, ref) in enumerate(zip(it.get_output_details(), ref_outputs, strict=True)):
+        ours = values[det["index"]]
+        if ref.dtype.kind == "f":
+            assert_float_close(ours, ref, rel, what=f"{name} output {k} on {backend}")
+        else:
+            assert_quant_close(ours, ref, what=f"{name} output {k} on {backend}")
+    if any(graph.tensors[t].dtype != np.float32 for t in partition.inputs):
+        return  # int8: see the module docstring
+    for t in probe:
+        err = relative_error(values[t], tensors[t], FP16_FLOOR if fp16 else 0.0)
+        assert err <= rel, f"{name}: tensor {graph.tensors[t].name!r} on {backend} is off by {err:.3g} of its max"
