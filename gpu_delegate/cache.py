@@ -35,6 +35,7 @@ log = logging.getLogger("gpu_delegate")
 MAGIC = b"GPUDELEGATE-CACHE\n"
 FORMAT_VERSION = 1
 _HEAD = struct.Struct("<II")  # format version, header length
+STALE_TEMP_S = 3600
 
 
 def check_token(token: str) -> None:
@@ -133,6 +134,7 @@ class Cache:
         header = {"package": __version__, "device": device, "backend": backend, "token": self.token,
                   "created": time.time(), "plan": plan_to_json(plan), "blobs": table}
         data = _pack(header, b"".join(blobs.values()))
+        self._sweep_stale_temps()
         try:
             fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=self.directory)
         except OSError as e:
@@ -153,6 +155,19 @@ class Cache:
             except OSError:
                 pass
             return False
+
+    def _sweep_stale_temps(self) -> None:
+        """Remove temp files that writers killed before their rename left behind. Never loaded, they would
+        only pile up; one older than an hour belongs to no live writer (a write takes well under a second)."""
+        cutoff = time.time() - STALE_TEMP_S
+        for p in self.directory.glob(".tmp-*"):
+            try:
+                st = p.lstat()
+                if stat.S_ISREG(st.st_mode) and st.st_mtime < cutoff and (
+                        not hasattr(os, "getuid") or st.st_uid == os.getuid()):
+                    p.unlink()
+            except OSError:
+                pass
 
     # -- listing, for `gpu-delegate cache` -------------------------------------------------------------------
     @staticmethod

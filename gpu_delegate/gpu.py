@@ -10,8 +10,9 @@ import numpy as np
 
 from .cpu.quant import dequantize, quantize
 from .delegate import DelegateKernel, SimpleDelegate
-from .errors import DelegateError
+from .errors import DelegateError, ModelError
 from .graph import Graph, Node
+from .lowering.plan import bhwc, vec4_count
 from .ops import get_op
 
 log = logging.getLogger("gpu_delegate")
@@ -62,6 +63,14 @@ class GpuDelegate(SimpleDelegate):
         if self.backend is None:
             return f"no GPU backend ({self.unavailable})"
         op = get_op(node.op)
+        if op is not None:
+            # gpu_support and lower assume a well-formed node; a malformed one stays on the CPU path,
+            # whose own check then refuses the model with a ModelError naming the node
+            try:
+                op.check(node, graph)
+            except (ModelError, ValueError, IndexError, KeyError, TypeError, AttributeError, ZeroDivisionError,
+                    OverflowError) as e:
+                return f"malformed node ({type(e).__name__}: {e})"
         if op is None or getattr(op, "lower", None) is None:
             if node.op in FOLDED_ON_CONSTANTS and all(t < 0 or graph.tensors[t].data is not None
                                                       for t in node.inputs):
@@ -73,6 +82,9 @@ class GpuDelegate(SimpleDelegate):
             if t < 0:
                 continue
             tensor = graph.tensors[t]
+            too_big = self._exceeds_device(tensor.shape, grid=not _constant_like(graph, t))
+            if too_big:
+                return f"tensor {tensor.name!r} is too large for the device: {too_big}"
             if tensor.data is not None:
                 continue
             if len(tensor.shape) > MAX_RANK:
@@ -82,10 +94,39 @@ class GpuDelegate(SimpleDelegate):
                     return "quantized inference is disabled (enable_quantized_inference=False)"
                 if tensor.quant.per_channel:
                     return f"tensor {tensor.name!r} has per-channel quantized activations"
+                scale, zero = tensor.quant.scalar()
+                info = np.iinfo(tensor.dtype)
+                if not scale > 0 or not info.min <= zero <= info.max:
+                    return f"tensor {tensor.name!r} has a degenerate quantization (scale {scale}, zero point {zero})"
             elif tensor.dtype not in (np.float32, np.float16):
                 return f"tensor {tensor.name!r} is {tensor.dtype}; the GPU path computes in float"
-        verdict = op.gpu_support(node, graph)
+        try:
+            verdict = op.gpu_support(node, graph)
+        except (ModelError, ValueError, IndexError, KeyError, TypeError, AttributeError, ZeroDivisionError,
+                OverflowError) as e:
+            log.warning("GpuDelegate: %s: gpu_support failed (%s: %s); the node stays on the CPU", node,
+                        type(e).__name__, e)
+            return f"gpu_support failed ({type(e).__name__}: {e})"
         return verdict if verdict is True or isinstance(verdict, str) else "not supported"
+
+    def _exceeds_device(self, shape: tuple[int, ...], grid: bool = True) -> str:
+        """Why a tensor of ``shape`` cannot be a buffer of this device ('' if it can): more bytes than one
+        buffer may hold, or a dispatch grid (W, H, B * slices, one work item per vec4 in the worst case)
+        beyond the device's limit. Checked before anything is allocated, so such a node runs on the CPU
+        instead of failing in the middle of preparing the GPU partition."""
+        if len(shape) > MAX_RANK or any(d < 0 for d in shape):
+            return ""
+        info = self.backend.device_info()
+        b, h, w, c = bhwc(shape)
+        nbytes = vec4_count((b, h, w, c)) * 4 * (2 if self.precision_loss_allowed else 4)
+        if nbytes > info["max_buffer_bytes"]:
+            return f"{nbytes / 2**20:.0f} MiB, one buffer may hold {info['max_buffer_bytes'] / 2**20:.0f} MiB"
+        if not grid:  # weights are read by index, never dispatched over
+            return ""
+        work, limit = (w, h, b * -(-c // 4)), info["max_dispatch_groups"]
+        if any(g > m for g, m in zip(work, limit)):
+            return f"a dispatch grid of {work} exceeds the device's {tuple(limit)}"
+        return ""
 
     def partition_weight(self, nodes: list[Node], graph: Graph) -> float:
         total = 0
@@ -96,6 +137,17 @@ class GpuDelegate(SimpleDelegate):
 
     def create_kernel(self) -> GpuKernel:
         return GpuKernel(self)
+
+
+def _constant_like(graph: Graph, t: int) -> bool:
+    """A constant, or the output of a DEQUANTIZE/DENSIFY of constants (folded at preparation)."""
+    if graph.tensors[t].data is not None:
+        return True
+    producer = graph.producers().get(t)
+    if producer is None:
+        return False
+    node = graph.nodes[producer]
+    return node.op in FOLDED_ON_CONSTANTS and all(i < 0 or graph.tensors[i].data is not None for i in node.inputs)
 
 
 def _create_backend(requested: str, profile: bool):
@@ -117,12 +169,17 @@ def _create_backend(requested: str, profile: bool):
 
 
 class GpuKernel(DelegateKernel):
-    """One delegated partition: its plan, compiled programs and device buffers."""
+    """One delegated partition: its plan, compiled programs and device buffers.
+
+    When the GPU cannot run the partition as prepared (a tensor with no elements; with backend="auto", also
+    a backend failing to compile or allocate), the partition runs on the CPU kernels instead, as TFLite
+    falls back to its CPU path when a delegate fails to prepare; ``cpu_fallback`` then says why."""
 
     def __init__(self, delegate: GpuDelegate):
         self.delegate = delegate
         self.runner = None
         self.prepared_shapes: dict[int, tuple[int, ...]] | None = None
+        self.cpu_fallback: str | None = None
 
     def init(self, graph: Graph, node_indices: list[int], input_ids: list[int], output_ids: list[int]) -> None:
         self.graph = graph
@@ -132,20 +189,45 @@ class GpuKernel(DelegateKernel):
 
     def prepare(self, tensors) -> None:
         shapes = self.infer_shapes({t: tuple(tensors[t].shape) for t in self.inputs})
-        if shapes == self.prepared_shapes and self.runner is not None:
+        if shapes == self.prepared_shapes and (self.runner is not None or self.cpu_fallback):
             return
         from .runner import PlanRunner
 
-        with self.delegate.lock:
-            self.runner = PlanRunner.create(self.delegate, self.graph, self.nodes, self.inputs, self.outputs, shapes)
+        self.free()  # the old plan's buffers go before the new ones are allocated
+        empty = [t for t, s in shapes.items() if 0 in s and self.graph.tensors[t].data is None]
+        if empty:
+            self._fall_back(f"tensor {empty[0]} has no elements (shape {list(shapes[empty[0]])})")
+        else:
+            try:
+                with self.delegate.lock:
+                    self.runner = PlanRunner.create(self.delegate, self.graph, self.nodes, self.inputs,
+                                                    self.outputs, shapes)
+            except ModelError:
+                raise
+            except DelegateError as e:
+                if self.delegate.requested_backend != "auto":
+                    raise DelegateError(f"GpuDelegate(backend={self.delegate.requested_backend!r}) cannot run "
+                                        f"nodes {_span(self.nodes)}: {e}") from e
+                self._fall_back(f"the {self.delegate.backend_name} backend failed: {e}")
+            except Exception as e:  # noqa: BLE001  (auto: a lowering bug must not take the app down)
+                if self.delegate.requested_backend != "auto":
+                    raise
+                self._fall_back(f"lowering failed: {type(e).__name__}: {e}")
         self.prepared_shapes = shapes
 
+    def _fall_back(self, why: str) -> None:
+        self.cpu_fallback = why.splitlines()[0]
+        log.warning("GpuDelegate: nodes %s run on the CPU: %s", _span(self.nodes), self.cpu_fallback)
+
     def free(self) -> None:
+        # No delegate lock here: free also runs from the interpreter's finalizer, which the garbage collector
+        # may call on any thread (the GL thread too) while another thread holds that lock waiting for the
+        # device. Nothing else uses this runner by then, and each backend serializes its own calls.
         if self.runner is not None:
-            with self.delegate.lock:
-                self.runner.close()
+            self.runner.close()
             self.runner = None
-            self.prepared_shapes = None
+        self.prepared_shapes = None
+        self.cpu_fallback = None
 
     def infer_shapes(self, input_shapes: dict[int, tuple[int, ...]]) -> dict[int, tuple[int, ...]]:
         shapes = {t.index: t.shape for t in self.graph.tensors if t.data is not None}
@@ -159,6 +241,9 @@ class GpuKernel(DelegateKernel):
         return shapes
 
     def invoke(self, tensors) -> None:
+        if self.cpu_fallback:
+            self._invoke_cpu(tensors)
+            return
         if self.runner is None:
             raise DelegateError("GpuKernel.invoke before prepare")
         graph = self.graph
@@ -178,3 +263,28 @@ class GpuKernel(DelegateKernel):
                 s, z = tensor.quant.scalar()
                 y = quantize(y, s, z, tensor.dtype)
             tensors[t] = y.astype(tensor.dtype, copy=False).reshape(self.prepared_shapes[t])
+
+    def _invoke_cpu(self, tensors) -> None:
+        """The partition's nodes on the CPU kernels, in order (the fallback)."""
+        graph = self.graph
+        values: dict[int, np.ndarray] = {}
+        for n in self.nodes:
+            node = graph.nodes[n]
+            ins = [None if t < 0 else values[t] if t in values else graph.tensors[t].data
+                   if graph.tensors[t].data is not None else tensors[t] for t in node.inputs]
+            try:
+                outs = get_op(node.op).run_cpu(node, graph, ins)
+            except ModelError:
+                raise
+            except (ValueError, IndexError, ZeroDivisionError, TypeError, AttributeError, OverflowError) as e:
+                raise ModelError(f"{node} cannot run: {type(e).__name__}: {e}") from None
+            for t, v in zip(node.outputs, outs):
+                values[t] = np.asarray(v, graph.tensors[t].dtype)
+        for t in self.outputs:
+            tensors[t] = values[t]
+
+
+def _span(nodes: list[int]) -> str:
+    if len(nodes) > 1 and nodes == list(range(nodes[0], nodes[-1] + 1)):
+        return f"{nodes[0]}-{nodes[-1]}"
+    return ", ".join(map(str, nodes[:8])) + (", ..." if len(nodes) > 8 else "")

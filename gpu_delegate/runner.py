@@ -82,6 +82,9 @@ class PlanRunner:
         self.plan = plan
         self.precision = precision
         self.timings: dict[str, float] = {}
+        self.buffers: list = []
+        self.const_buffers: dict = {}
+        self.calls: list = []
 
     @classmethod
     def create(cls, delegate, graph, nodes, inputs, outputs, shapes) -> PlanRunner:
@@ -108,7 +111,11 @@ class PlanRunner:
         runner = cls(backend, plan, precision)
         runner.timings["plan_s"] = time.perf_counter() - t0
         compiled_any = runner.compile(binaries)
-        runner.allocate()
+        try:
+            runner.allocate()
+        except BaseException:
+            runner.close()  # the buffers allocated before the one that failed
+            raise
         if cache is not None and (cached is None or compiled_any):
             cache.store(path, device, backend.name, plan, runner.binaries())
         return runner
@@ -152,12 +159,11 @@ class PlanRunner:
 
     def allocate(self) -> None:
         backend, plan = self.backend, self.plan
-        self.buffers = [backend.alloc(n, self.precision) for n in plan.buffer_sizes]
-        self.const_buffers = {}
+        for n in plan.buffer_sizes:
+            self.buffers.append(backend.alloc(n, self.precision))
         for key, rows in plan.consts.items():
-            buf = backend.alloc(rows.shape[0], self.precision)
+            buf = self.const_buffers[key] = backend.alloc(rows.shape[0], self.precision)
             backend.upload(buf, rows)
-            self.const_buffers[key] = buf
         self.calls = []
         for program, binds in zip(self.programs, self.binds):
             bufs = [self.const_buffers[ref] if kind == "c" else self.buffers[plan.buffer_of[plan.storage(ref)]]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -44,7 +45,9 @@ class Program:
 
     def __init__(self, backend: Backend, spec: KernelSpec, source: str, local_size: tuple[int, int, int],
                  handle: Any, key: bytes) -> None:
-        self.backend = backend
+        # weak: the backend holds its programs, and a cycle would keep a dropped backend's queue, programs
+        # and buffers alive until the garbage collector happens to run
+        self._backend = weakref.ref(backend)
         self.spec = spec
         self.name = spec.name
         self.source = source
@@ -52,11 +55,19 @@ class Program:
         self.handle = handle
         self.key = key
 
+    @property
+    def backend(self) -> Backend:
+        backend = self._backend()
+        if backend is None:
+            raise DelegateError(f"program {self.name}: its backend is gone")
+        return backend
+
     def __call__(self, buffers: list[Buffer]) -> None:
         self.backend.dispatch_all([(self, buffers)])
 
     def __repr__(self) -> str:
-        return f"<{self.backend.name} program {self.name} grid={self.spec.grid} local={self.local_size}>"
+        backend = self._backend()
+        return f"<{backend.name if backend else '?'} program {self.name} grid={self.spec.grid} local={self.local_size}>"
 
 
 def choose_local_size(grid: tuple[int, int, int], info: dict) -> tuple[int, int, int]:
@@ -97,6 +108,20 @@ def device_fingerprint(info: dict) -> str:
     return hashlib.sha256(json.dumps(info, sort_keys=True, default=str).encode()).hexdigest()
 
 
+_instances: weakref.WeakSet[Backend] = weakref.WeakSet()
+
+
+def live_backends(name: str | None = None) -> int:
+    """Backend instances (each with its queue, programs and buffers) alive in this process."""
+    return sum(1 for b in list(_instances) if name is None or b.name == name)
+
+
+def live_buffers(name: str | None = None) -> int:
+    """Device buffers allocated and not yet freed, over every live backend instance (of ``name``):
+    what leak checks count."""
+    return sum(b.live_buffers for b in list(_instances) if name is None or b.name == name)
+
+
 class Backend(ABC):
     """One GPU API on one device. Programs, buffers and conversion kernels belong to the instance;
     the API context underneath is shared by every instance in the process."""
@@ -105,6 +130,8 @@ class Backend(ABC):
 
     def __init__(self, profile: bool = False) -> None:
         self.profile = profile
+        self._live = 0
+        _instances.add(self)
         self._timings: list[tuple[str, Any]] = []
         self._programs: dict[tuple[bytes, str], Program] = {}
         self._convert: dict[tuple, Program] = {}
@@ -228,12 +255,19 @@ class Backend(ABC):
         if buf.nbytes > limit:
             raise DelegateError(f"{self.name}: a buffer of {buf.nbytes} bytes exceeds the device limit of {limit}")
         buf.handle = self._on_device(self._alloc, buf.nbytes)
+        self._live += 1
         return buf
 
     def free(self, buffer: Buffer) -> None:
         if buffer.handle is not None:
             self._on_device(self._free, buffer.handle)
             buffer.handle = None
+            self._live -= 1
+
+    @property
+    def live_buffers(self) -> int:
+        """Buffers this instance allocated and has not freed."""
+        return self._live
 
     def upload(self, buffer: Buffer, array: np.ndarray) -> None:
         """Write ``array`` (any shape; converted to the buffer's storage type) at the buffer's start."""
@@ -374,4 +408,5 @@ def conversion_spec(kernel: str, shape: tuple[int, int, int, int], precision: st
     return KernelSpec(kernel, body, args, grid, defines, helpers=helpers, precision=precision)
 
 
-__all__ = ["Backend", "Buffer", "Program", "choose_local_size", "conversion_spec", "device_fingerprint"]
+__all__ = ["Backend", "Buffer", "Program", "choose_local_size", "conversion_spec", "device_fingerprint",
+           "live_backends", "live_buffers"]

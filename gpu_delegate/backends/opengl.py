@@ -236,6 +236,11 @@ class GLBackend(Backend):
     def device_info(self) -> dict:
         return dict(self._info)
 
+    @property
+    def live_buffers(self) -> int:
+        # the GL objects themselves: close() deletes them all, freed or not
+        return len(self._gl_buffers)
+
     def source(self, spec: KernelSpec, local_size: tuple[int, int, int]) -> str:
         return codegen.glsl_source(spec, local_size)
 
