@@ -128,6 +128,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="show placement on this GPU backend (default: everything on the CPU)")
     i.add_argument("--demo_input_size", type=_int_at_least(8), default=224, metavar="N")
     i.add_argument("--demo_width", type=_positive_float, default=1.0, metavar="W")
+
+    c = sub.add_parser("cache", allow_abbrev=False, help="list or clear a serialization directory",
+                       description="See (file, size, token, backend, date) or remove the delegate's cache files.")
+    c.add_argument("action", choices=("ls", "clear"))
+    c.add_argument("directory", metavar="DIR", help="the delegate's serialization_dir")
     return parser
 
 
@@ -689,9 +694,33 @@ def _ranges(nodes: list[int]) -> str:
     return ", ".join(spans)
 
 
+def cmd_cache(args) -> int:
+    from .cache import Cache
+
+    directory = Path(args.directory)
+    if not directory.is_dir():
+        raise UserError(f"{args.directory}: not a directory")
+    entries = Cache.entries(directory)
+    if args.action == "clear":
+        for e in entries:
+            (directory / e["file"]).unlink()
+        for tmp in directory.glob(".tmp-*"):
+            tmp.unlink()
+        print(f"removed {len(entries)} cache file(s) from {directory}")
+        return 0
+    print("| file | size | token | backend | created | valid |")
+    print("|---|---:|---|---|---|---|")
+    for e in entries:
+        created = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(e["created"])) if e.get("created") else "-"
+        print(f"| {e['file']} | {e['size']} | {e.get('token') or '-'} | {e.get('backend') or '-'} | {created} | "
+              f"{'yes' if e['valid'] else 'no: ' + e.get('error', '')} |")
+    print(f"{len(entries)} file(s), {sum(e['size'] for e in entries)} bytes")
+    return 0
+
+
 # -- entry point ---------------------------------------------------------------------------------------------
 
-COMMANDS = {"benchmark": cmd_benchmark, "diff": cmd_diff, "inspect": cmd_inspect}
+COMMANDS = {"benchmark": cmd_benchmark, "diff": cmd_diff, "inspect": cmd_inspect, "cache": cmd_cache}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

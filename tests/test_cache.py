@@ -192,3 +192,18 @@ def test_processes_racing_on_one_empty_dir(tmp_path, reference):
     assert not [p for p in os.listdir(tmp_path) if p.startswith(".tmp-")]
     d, _ = start("cl", tmp_path, token="race")
     assert d.cache.hits == 1
+
+
+def test_cache_command_lists_and_clears(tmp_path):
+    start("cl", tmp_path)
+    start("gl", tmp_path)
+    cli = [sys.executable, "-m", "gpu_delegate", "cache"]
+    ls = subprocess.run([*cli, "ls", str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert ls.returncode == 0, ls.stderr
+    rows = [line for line in ls.stdout.splitlines() if line.startswith("| tok_")]
+    assert len(rows) == 2 and {"cl", "gl"} == {r.split("|")[4].strip() for r in rows}
+    assert all(r.rstrip(" |").endswith("yes") for r in rows)
+    clear = subprocess.run([*cli, "clear", str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert clear.returncode == 0 and files(tmp_path) == []
+    bad = subprocess.run([*cli, "ls", str(tmp_path / "missing")], capture_output=True, text=True, timeout=120)
+    assert bad.returncode != 0 and "not a directory" in bad.stderr and "Traceback" not in bad.stderr
