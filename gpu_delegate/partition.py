@@ -85,14 +85,7 @@ def boundary(graph: Graph, nodes: list[int]) -> Partition:
 def schedule(graph: Graph, partitions: list[Partition]) -> list[int | Partition]:
     """Execution order: CPU node indices and partitions, topologically sorted, earliest node first."""
     owner = {i: p for p in partitions for i in p.nodes}
-    steps: list[int | Partition] = []
-    key_of: dict[int, int] = {}
-    for n in graph.nodes:
-        if n.index not in owner:
-            key_of[id(n)] = len(steps)
-            steps.append(n.index)
-    for p in partitions:
-        steps.append(p)
+    steps: list[int | Partition] = [n.index for n in graph.nodes if n.index not in owner] + list(partitions)
     step_of_node = {}
     for si, s in enumerate(steps):
         for i in (s.nodes if isinstance(s, Partition) else [s]):

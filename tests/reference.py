@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 from pathlib import Path
 
 import numpy as np
@@ -92,3 +94,12 @@ def assert_matches(ours: list[np.ndarray], ref: list[np.ndarray], rel: float = 1
         else:
             assert o.dtype == r.dtype and o.shape == r.shape, f"output {k}: {o.dtype}{o.shape} vs {r.dtype}{r.shape}"
             np.testing.assert_array_equal(o, r, err_msg=f"output {k}")
+
+
+@functools.cache
+def shared_delegate(backend: str, fp16: bool = False) -> gd.GpuDelegate:
+    """One GpuDelegate per backend and precision for the whole session: programs compiled once are reused."""
+    try:
+        return gd.GpuDelegate(backend=backend, precision_loss_allowed=fp16)
+    except gd.DelegateError as e:
+        pytest.skip(f"backend {backend} is not available here: {e}")

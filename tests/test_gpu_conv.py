@@ -15,32 +15,13 @@ from __future__ import annotations
 import struct
 
 import numpy as np
-import pytest
 from reference import assert_float_close, assert_quant_close, run, run_litert
+from reference import shared_delegate as delegate
 
 import gpu_delegate as gd
 from gpu_delegate.tflite.writer import ModelBuilder
 
 I32 = np.int32
-
-_DELEGATES: dict[tuple[str, bool], gd.GpuDelegate] = {}
-
-
-def delegate(backend: str, fp16: bool = False) -> gd.GpuDelegate:
-    """One delegate per backend and precision for the module: programs compiled once are shared."""
-    key = (backend, fp16)
-    if key not in _DELEGATES:
-        _DELEGATES[key] = gd.GpuDelegate(backend=backend, precision_loss_allowed=fp16)
-    return _DELEGATES[key]
-
-
-@pytest.fixture(scope="module", params=["cl", "gl"])
-def backend(request) -> str:
-    try:
-        delegate(request.param)
-    except gd.DelegateError as e:
-        pytest.skip(f"backend {request.param} is not available here: {e}")
-    return request.param
 
 
 class Builder:

@@ -7,8 +7,8 @@ distinct shape, so the shapes are small. Pure data movement must match LiteRT bi
 from __future__ import annotations
 
 import numpy as np
-import pytest
 from reference import assert_float_close, assert_quant_close, need_models, random_inputs, run, run_litert
+from reference import shared_delegate as delegate
 
 import gpu_delegate as gd
 from gpu_delegate.cpu.quant import dequantize, quantize
@@ -16,26 +16,6 @@ from gpu_delegate.tflite import read_model
 from gpu_delegate.tflite.writer import ModelBuilder
 
 I32 = np.int32
-
-
-# One delegate per backend and precision for the whole module: a delegate owns its backend's resources.
-_DELEGATES: dict[tuple[str, bool], gd.GpuDelegate] = {}
-
-
-def delegate(backend: str, fp16: bool = False) -> gd.GpuDelegate:
-    key = (backend, fp16)
-    if key not in _DELEGATES:
-        _DELEGATES[key] = gd.GpuDelegate(backend=backend, precision_loss_allowed=fp16)
-    return _DELEGATES[key]
-
-
-@pytest.fixture(scope="module", params=["cl", "gl"])
-def backend(request) -> str:
-    try:
-        delegate(request.param)
-    except gd.DelegateError as e:
-        pytest.skip(f"backend {request.param} is not available here: {e}")
-    return request.param
 
 
 def build(inputs: list[tuple], ops: list[tuple], outputs: list[str]) -> bytes:

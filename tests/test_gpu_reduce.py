@@ -5,27 +5,15 @@ Every test asserts that the nodes ran on the GPU backend under test."""
 
 from __future__ import annotations
 
-import functools
 
 import numpy as np
 import pytest
 from reference import assert_float_close, assert_quant_close, need_models, run, run_litert
+from reference import shared_delegate as delegate
 
 import gpu_delegate as gd
 from gpu_delegate.tflite.writer import ModelBuilder
 
-BACKENDS = ("cl", "gl")
-
-
-@pytest.fixture(scope="module", params=BACKENDS)
-def backend(request) -> str:
-    return request.param
-
-
-@functools.cache
-def delegate(backend: str, fp16: bool = False) -> gd.GpuDelegate:
-    """One delegate per backend and precision for the module: compiled programs are shared between models."""
-    return gd.GpuDelegate(backend=backend, precision_loss_allowed=fp16)
 
 
 def run_gpu(content: bytes, inputs: list[np.ndarray], backend: str, fp16: bool = False):
