@@ -7,4 +7,5 @@ from .interpreter import Interpreter
 
 __version__ = "0.1.0"
 
-__all__ = ["Interpreter", "GpuDelegate", "SimpleDelegate", "DelegateKernel", "ModelError", "DelegateError", "__version__"]
+__all__ = ["Interpreter", "GpuDelegate", "SimpleDelegate", "DelegateKernel", "ModelError", "DelegateError",
+           "__version__"]
