@@ -61,6 +61,18 @@ def group_supported(graph: Graph, supported: set[int]) -> list[Partition]:
         if (lvl % 2 == 0) != mine:
             lvl += 1
         level[node.index] = lvl
+    # A node with no producer (a DEQUANTIZE of constant weights, say) may run as late as its first consumer
+    # allows; left at level 0 it would sit in a partition apart from the conv that reads it whenever a CPU
+    # node comes before that conv. Raising it keeps every node at or above its producers' levels, so the
+    # partitions stay convex.
+    consumers = graph.consumers()
+    for node in graph.nodes:
+        if any(producers.get(t) is not None for t in node.inputs):
+            continue
+        mine = node.index in supported
+        latest = [level[c] - ((c in supported) != mine) for t in node.outputs for c in consumers.get(t, [])]
+        if latest:
+            level[node.index] = max(level[node.index], min(latest))
     groups: dict[int, list[int]] = {}
     for n in graph.nodes:
         if n.index in supported:

@@ -626,9 +626,6 @@ def test_a_malformed_node_is_refused_not_lowered(backend):
         gd.Interpreter(model_content=mb.build(), experimental_delegates=[gd.GpuDelegate(backend=backend)])
 
 
-@pytest.mark.xfail(strict=True, reason="partition.group_supported leaves a DEQUANTIZE of weights (level 0, no "
-                   "producers) outside the partition of the conv that reads it when a CPU node comes first: "
-                   "the lowering then sees run-time weights (fix proposed to the lead)")
 def test_fp16_weights_after_a_cpu_node(backend):
     """Found by the fuzzer on MobileNet fp16 / face detection: an op the GPU lacks (CUMSUM) before a conv whose
     fp16 weights go through DEQUANTIZE. The conv must run on the GPU with its weights folded."""
