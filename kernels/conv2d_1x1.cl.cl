@@ -55,10 +55,10 @@ for (int p0 = pb * BLOCK_X; p0 < (pb + 1) * BLOCK_X; p0 += CHUNK) {
 #pragma unroll
     for (int p = 0; p < CHUNK; p++) {
       int i = base[p] + 4 * s * SRC_PLANE;
-      acc[p] = fma((ACCV)(src_read1(i)), w0, acc[p]);
-      acc[p] = fma((ACCV)(src_read1(i + 1)), w1, acc[p]);
-      acc[p] = fma((ACCV)(src_read1(i + 2)), w2, acc[p]);
-      acc[p] = fma((ACCV)(src_read1(i + 3)), w3, acc[p]);
+      acc[p] = FMA((ACCV)(src_read1(i)), w0, acc[p]);
+      acc[p] = FMA((ACCV)(src_read1(i + 1)), w1, acc[p]);
+      acc[p] = FMA((ACCV)(src_read1(i + 2)), w2, acc[p]);
+      acc[p] = FMA((ACCV)(src_read1(i + 3)), w3, acc[p]);
     }
   }
 #pragma unroll
