@@ -177,6 +177,24 @@ _CL_PRELUDE = r"""// Plain arithmetic is never contracted into fma (GLSL ES 3.1 
 FMA_OF(float) FMA_OF(float2) FMA_OF(float4) FMA_OF(float8) FMA_OF(float16)
 #undef FMA_OF
 #pragma OPENCL FP_CONTRACT OFF
+// PoCL 3.0 as pip ships it links min, max, clamp and select as calls, never inlined: a depthwise 3x3 made
+// 60 calls per work item. These inline versions keep the built-ins' meaning (min/max as fmin/fmax: a NaN
+// operand yields the other one; select by the mask's sign bit for vectors, by non-zero for scalars).
+#define GD_MINMAX(T) \
+  inline T __attribute__((overloadable)) gd_min(T a, T b) { return (b < a || a != a) ? b : a; } \
+  inline T __attribute__((overloadable)) gd_max(T a, T b) { return (a < b || a != a) ? b : a; } \
+  inline T __attribute__((overloadable)) gd_clamp(T x, T lo, T hi) { return gd_min(gd_max(x, lo), hi); }
+#define GD_MINMAX_V(T, S) GD_MINMAX(T) \
+  inline T __attribute__((overloadable)) gd_min(T a, S b) { return gd_min(a, (T)(b)); } \
+  inline T __attribute__((overloadable)) gd_max(T a, S b) { return gd_max(a, (T)(b)); } \
+  inline T __attribute__((overloadable)) gd_clamp(T x, S lo, S hi) { return gd_clamp(x, (T)(lo), (T)(hi)); }
+GD_MINMAX(int) GD_MINMAX(float) GD_MINMAX_V(int4, int) GD_MINMAX_V(float4, float)
+#undef GD_MINMAX
+#undef GD_MINMAX_V
+#define min(a, b) gd_min((a), (b))
+#define max(a, b) gd_max((a), (b))
+#define clamp(x, lo, hi) gd_clamp((x), (lo), (hi))
+#define select(a, b, c) ((c) ? (b) : (a))
 #define FLT4 float4
 #define INT4 int4
 #define MAKE_FLT4(a, b, c, d) ((float4)((a), (b), (c), (d)))
@@ -194,13 +212,13 @@ FMA_OF(float) FMA_OF(float2) FMA_OF(float4) FMA_OF(float8) FMA_OF(float16)
 #define ATAN2(y, x) atan2((y), (x))
 #define INF_F INFINITY
 #define NAN_F NAN
-float4 LT4(float4 a, float4 b) { return select((float4)(0.0f), (float4)(1.0f), isless(a, b)); }
-float4 LE4(float4 a, float4 b) { return select((float4)(0.0f), (float4)(1.0f), islessequal(a, b)); }
-float4 GT4(float4 a, float4 b) { return select((float4)(0.0f), (float4)(1.0f), isgreater(a, b)); }
-float4 GE4(float4 a, float4 b) { return select((float4)(0.0f), (float4)(1.0f), isgreaterequal(a, b)); }
-float4 EQ4(float4 a, float4 b) { return select((float4)(0.0f), (float4)(1.0f), isequal(a, b)); }
-float4 NE4(float4 a, float4 b) { return select((float4)(0.0f), (float4)(1.0f), isnotequal(a, b)); }
-float4 SELECT4(float4 f, float4 t, float4 m) { return select(f, t, isnotequal(m, (float4)(0.0f))); }
+float4 LT4(float4 a, float4 b) { return select((float4)(0.0f), (float4)(1.0f), a < b); }
+float4 LE4(float4 a, float4 b) { return select((float4)(0.0f), (float4)(1.0f), a <= b); }
+float4 GT4(float4 a, float4 b) { return select((float4)(0.0f), (float4)(1.0f), a > b); }
+float4 GE4(float4 a, float4 b) { return select((float4)(0.0f), (float4)(1.0f), a >= b); }
+float4 EQ4(float4 a, float4 b) { return select((float4)(0.0f), (float4)(1.0f), a == b); }
+float4 NE4(float4 a, float4 b) { return select((float4)(0.0f), (float4)(1.0f), a != b); }
+float4 SELECT4(float4 f, float4 t, float4 m) { return select(f, t, m != (float4)(0.0f)); }
 float LANE(float4 v, int k) { return k == 0 ? v.x : k == 1 ? v.y : k == 2 ? v.z : v.w; }
 float4 ZERO_PAD(float4 v, int s, int c) {
   return select(v, (float4)(0.0f), (int4)(4 * s) + (int4)(0, 1, 2, 3) >= (int4)(c));
