@@ -195,6 +195,17 @@ GD_MINMAX(int) GD_MINMAX(float) GD_MINMAX_V(int4, int) GD_MINMAX_V(float4, float
 #define max(a, b) gd_max((a), (b))
 #define clamp(x, lo, hi) gd_clamp((x), (lo), (hi))
 #define select(a, b, c) ((c) ? (b) : (a))
+// C round() (halves away from zero), inline for the same reason: the fake-quant step after every int8 op
+// calls it on every value. Below 2^23, adding and subtracting 2^23 rounds to nearest even (exact; nothing
+// is contracted here); a tie that went down is then moved up.
+#define GD_ROUND(T) inline T __attribute__((overloadable)) gd_round(T x) { \
+    T a = x < (T)(0.0f) ? -x : x; \
+    T r = a < (T)(8388608.0f) ? (a + (T)(8388608.0f)) - (T)(8388608.0f) : a; \
+    r = r - a == (T)(-0.5f) ? r + (T)(1.0f) : r; \
+    return x < (T)(0.0f) ? -r : r; \
+  }
+GD_ROUND(float) GD_ROUND(float4)
+#undef GD_ROUND
 #define FLT4 float4
 #define INT4 int4
 #define MAKE_FLT4(a, b, c, d) ((float4)((a), (b), (c), (d)))
@@ -207,7 +218,7 @@ GD_MINMAX(int) GD_MINMAX(float) GD_MINMAX_V(int4, int) GD_MINMAX_V(float4, float
 #define FABS(x) fabs(x)
 #define RSQRT(x) rsqrt(x)
 #define FMOD(x, y) fmod((x), (y))
-#define ROUND(x) round(x)
+#define ROUND(x) gd_round(x)
 #define RINT(x) rint(x)
 #define ATAN2(y, x) atan2((y), (x))
 #define INF_F INFINITY
