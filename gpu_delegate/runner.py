@@ -85,6 +85,7 @@ class PlanRunner:
         self.buffers: list = []
         self.const_buffers: dict = {}
         self.calls: list = []
+        self.bound: list = []
 
     @classmethod
     def create(cls, delegate, graph, nodes, inputs, outputs, shapes) -> PlanRunner:
@@ -169,6 +170,7 @@ class PlanRunner:
             bufs = [self.const_buffers[ref] if kind == "c" else self.buffers[plan.buffer_of[plan.storage(ref)]]
                     for kind, ref in binds]
             self.calls.append((program, bufs))
+        self.bound = backend.bind(self.calls)
 
     def tensor_buffer(self, t: int):
         return self.buffers[self.plan.buffer_of[self.plan.storage(t)]]
@@ -177,11 +179,11 @@ class PlanRunner:
         plan, backend = self.plan, self.backend
         for t in plan.inputs:
             backend.to_device(feeds[t], self.tensor_buffer(t), plan.tensors[t])
-        backend.dispatch_all(self.calls)
+        backend.dispatch_bound(self.bound)
         return {t: backend.from_device(self.tensor_buffer(t), plan.tensors[t]) for t in plan.outputs}
 
     def close(self) -> None:
         for buf in [*self.buffers, *self.const_buffers.values()]:
             self.backend.free(buf)
-        self.buffers, self.const_buffers, self.calls = [], {}, []
+        self.buffers, self.const_buffers, self.calls, self.bound = [], {}, [], []
 

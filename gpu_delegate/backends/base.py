@@ -299,6 +299,35 @@ class Backend(ABC):
             if self.profile:
                 self._timings.append((program.name, token))
 
+    def bind(self, calls: list[tuple[Program, list[Buffer]]]) -> list[Any]:
+        """Check calls once and make them ready to enqueue (``dispatch_bound``) every invoke without the
+        per-call checks and argument set-up of ``dispatch_all``: the per-invoke cost of a plan stays the
+        driver's own. What this returns is only valid while every one of those buffers is alive."""
+        for program, buffers in calls:
+            self._check_call(program, buffers)
+        return self._on_device(lambda: [self._bind(p, [b.handle for b in bufs]) for p, bufs in calls])
+
+    def dispatch_bound(self, bound: list[Any]) -> None:
+        self._on_device(self._dispatch_bound, bound)
+
+    def _dispatch_bound(self, bound: list[Any]) -> None:
+        if not self.profile:
+            for call in bound:
+                self._launch_bound(call)
+            return
+        for call in bound:
+            self._timings.append((self._bound_name(call), self._launch_bound(call)))
+
+    # an API that can set a dispatch up ahead of time overrides these three
+    def _bind(self, program: Program, handles: list[Any]) -> Any:
+        return program, handles
+
+    def _launch_bound(self, call: Any) -> Any:
+        return self._launch(*call)
+
+    def _bound_name(self, call: Any) -> str:
+        return call[0].name
+
     def _check_call(self, program: Program, buffers: list[Buffer]) -> None:
         spec = program.spec
         if program.backend is not self:

@@ -156,6 +156,21 @@ class OpenCLBackend(Backend):
         size = tuple(-(-g // lsz) * lsz for g, lsz in zip(program.spec.grid, local))
         return program.handle[1](self.queue, size, local, *handles)
 
+    def _bind(self, program: Program, handles: list[Any]) -> Any:
+        # a kernel object of its own per call, its arguments set once: an enqueue is then one driver call
+        kernel = cl.Kernel(program.handle[0], program.name)
+        kernel.set_args(*handles)
+        local = program.local_size
+        size = tuple(-(-g // lsz) * lsz for g, lsz in zip(program.spec.grid, local))
+        return program.name, kernel, size, local
+
+    def _launch_bound(self, call: Any) -> Any:
+        _, kernel, size, local = call
+        return cl.enqueue_nd_range_kernel(self.queue, kernel, size, local)
+
+    def _bound_name(self, call: Any) -> str:
+        return call[0]
+
     def _elapsed_ns(self, token: Any) -> int:
         return int(token.profile.end - token.profile.start)
 
