@@ -191,6 +191,10 @@ FMA_OF(float) FMA_OF(float2) FMA_OF(float4) FMA_OF(float8) FMA_OF(float16)
 GD_MINMAX(int) GD_MINMAX(float) GD_MINMAX_V(int4, int) GD_MINMAX_V(float4, float)
 #undef GD_MINMAX
 #undef GD_MINMAX_V
+#undef min
+#undef max
+#undef clamp
+#undef select
 #define min(a, b) gd_min((a), (b))
 #define max(a, b) gd_max((a), (b))
 #define clamp(x, lo, hi) gd_clamp((x), (lo), (hi))
