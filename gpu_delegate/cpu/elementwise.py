@@ -17,9 +17,11 @@ from .quant import INT32_MAX, INT32_MIN, dtype_range, multiply_by_quantized_mult
 
 # -- fixed point ----------------------------------------------------------------------------------------
 
-@numba.njit(cache=True, parallel=True)
+# Serial on purpose, like requantize: ~1 ns an element, while a numba parallel region (OpenMP layer) was
+# seen to cost 8 ms when other processes kept both cores busy (int8 MobileNetV2's ADDs: 190 ms an invoke).
+@numba.njit(cache=True)
 def _rescale(x, multiplier, shift, offset, lo, hi, out):
-    for i in numba.prange(x.size):
+    for i in range(x.size):
         v = multiply_by_quantized_multiplier(x[i], multiplier, shift) + offset
         out[i] = min(max(v, lo), hi)
 

@@ -60,13 +60,13 @@ def multiply_by_quantized_multiplier(x: int, multiplier: int, shift: int) -> int
     return rounding_divide_by_pot(saturating_rounding_doubling_high_mul(x * (1 << left), multiplier), right)
 
 
-@numba.njit(cache=True, parallel=True)
+@numba.njit(cache=True)  # serial: see elementwise._rescale
 def requantize(acc: np.ndarray, multiplier: np.ndarray, shift: np.ndarray, zero_point: int,
                qmin: int, qmax: int, out: np.ndarray) -> None:
     """out[..., c] = clamp(zp + MBQM(acc[..., c], multiplier[c], shift[c])); acc is (rows, channels) int64."""
     rows, channels = acc.shape
     per_channel = multiplier.size > 1
-    for r in numba.prange(rows):
+    for r in range(rows):
         for c in range(channels):
             k = c if per_channel else 0
             v = multiply_by_quantized_multiplier(acc[r, c], multiplier[k], shift[k]) + zero_point
