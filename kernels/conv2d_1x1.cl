@@ -58,17 +58,32 @@ for (int s = 0; s < src_S; s++) {
     }
   }
 }
-#pragma unroll
-for (int p = 0; p < BLOCK_X; p++) {
-  int n = n0 + p;
-  if (n < dst_B * DST_PLANE) {
-    int o = (n / DST_PLANE) * dst_S * DST_PLANE + n % DST_PLANE;
-#pragma unroll
-    for (int j = 0; j < BLOCK_S; j++) {
-      int os = blk * BLOCK_S + j;
-      if (os < dst_S) {
-        dst_write(o + os * DST_PLANE, conv_finish(acc[j * BLOCK_X + p], os BUFS));
-      }
-    }
-  }
+// The pixels are written one macro each rather than by a loop over p: Mesa unrolls a loop only while its
+// body stays small, and a heavier write (fp16 packing, fused post-ops) would leave acc[] indexed at run time,
+// which makes llvmpipe keep the whole array in memory: 3x slower. BLOCK_X is a power of two <= 8.
+#define WRITE_PIXEL(p) { \
+  int n = n0 + (p); \
+  if (n < dst_B * DST_PLANE) { \
+    int o = (n / DST_PLANE) * dst_S * DST_PLANE + n % DST_PLANE; \
+    for (int j = 0; j < BLOCK_S; j++) { \
+      int os = blk * BLOCK_S + j; \
+      if (os < dst_S) { \
+        dst_write(o + os * DST_PLANE, conv_finish(acc[j * BLOCK_X + (p)], os BUFS)); \
+      } \
+    } \
+  } \
 }
+WRITE_PIXEL(0)
+#if BLOCK_X > 1
+WRITE_PIXEL(1)
+#endif
+#if BLOCK_X > 2
+WRITE_PIXEL(2)
+WRITE_PIXEL(3)
+#endif
+#if BLOCK_X > 4
+WRITE_PIXEL(4)
+WRITE_PIXEL(5)
+WRITE_PIXEL(6)
+WRITE_PIXEL(7)
+#endif

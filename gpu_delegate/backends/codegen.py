@@ -372,15 +372,22 @@ def opencl_source(spec: KernelSpec) -> str:
     return "".join(parts)
 
 
-def _gl_buffer(spec: KernelSpec, binding: int, a: Arg) -> str:
+def _gl_buffer(spec: KernelSpec, binding: int, a: Arg, texture: bool) -> str:
     t = a.name
+    if texture:
+        # the storage precision is the texture's format, not the shader's: the comment keeps the text (a
+        # compiled program's identity) apart between precisions
+        return f"layout(binding = {binding}) uniform highp samplerBuffer {t}_buf;  // {spec.arg_precision(a)}\n"
     access = "readonly restrict" if a.role != "out" else "restrict"
     elem = "vec4" if spec.arg_precision(a) == "fp32" else "uvec2"
     return f"layout(std430, binding = {binding}) {access} buffer {t}_ssbo {{ {elem} {t}_buf[]; }};\n"
 
 
-def _gl_accessors(spec: KernelSpec, a: Arg) -> str:
+def _gl_accessors(spec: KernelSpec, a: Arg, texture: bool) -> str:
     t = a.name
+    if texture:  # texelFetch widens an RGBA16F texel to float32 exactly
+        return (f"#define {t}_read(i) texelFetch({t}_buf, (i))\n"
+                f"#define {t}_read1(j) (texelFetch({t}_buf, (j) >> 2)[(j) & 3])\n")
     if spec.arg_precision(a) == "fp32":
         lines = [f"#define {t}_read(i) ({t}_buf[(i)])", f"#define {t}_read1(j) ({t}_buf[(j) >> 2][(j) & 3])"]
         write = f"#define {t}_write(i, v) ({t}_buf[(i)] = (v))"
@@ -396,15 +403,17 @@ def _gl_accessors(spec: KernelSpec, a: Arg) -> str:
     return "\n".join(lines) + "\n"
 
 
-def glsl_source(spec: KernelSpec, local_size: tuple[int, int, int]) -> str:
+def glsl_source(spec: KernelSpec, local_size: tuple[int, int, int], textures: frozenset[int] = frozenset()) -> str:
     """The complete GLSL ES 3.10 compute shader for ``spec`` with the given work-group size; buffer
-    ``i`` of ``spec.args`` is bound at SSBO binding ``i``."""
+    ``i`` of ``spec.args`` is bound at SSBO binding ``i``, or, for ``i`` in ``textures`` (arguments it
+    only reads), as a buffer texture (GL_EXT_texture_buffer) at texture unit ``i``."""
     lx, ly, lz = local_size
-    parts = ["#version 310 es\nprecision highp float;\nprecision highp int;\n",
+    extension = "#extension GL_EXT_texture_buffer : require\n" if textures else ""
+    parts = ["#version 310 es\n" + extension + "precision highp float;\nprecision highp int;\n",
              f"layout(local_size_x = {lx}, local_size_y = {ly}, local_size_z = {lz}) in;\n",
              _GL_PRELUDE, _geometry(spec)]
-    parts += [_gl_buffer(spec, i, a) for i, a in enumerate(spec.args)]
-    parts += [_gl_accessors(spec, a) for a in spec.args]
+    parts += [_gl_buffer(spec, i, a, i in textures) for i, a in enumerate(spec.args)]
+    parts += [_gl_accessors(spec, a, i in textures) for i, a in enumerate(spec.args)]
     parts.append("#define BUFS_DECL\n#define BUFS\n")
     parts.append(spec.helpers.rstrip() + "\n" if spec.helpers.strip() else "")
     parts.append(_finishers(spec))

@@ -6,6 +6,13 @@ moderngl exposes neither ``glGetProgramBinary`` nor a way to run a program it di
 
 A GL context belongs to the thread that made it current, so the process's one context lives on one
 worker thread and every GL call of every GLBackend runs there: the backend may be used from any thread.
+
+Kernels read their "in" and "const" buffers through buffer textures (``texelFetch`` on a
+``samplerBuffer``, GL_EXT_texture_buffer) where the driver has them, and write their "out" buffers as
+SSBOs. Each buffer gets its texture, a view of the same storage, when it is allocated. Measured on Mesa
+22.3 llvmpipe: a 1x1 convolution runs 5-10x faster this way (14-31 GFLOP/s against 2.3-2.9), because
+llvmpipe loads an SSBO element lane by lane behind a branch on the execution mask, while a texel fetch
+is a vector gather.
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ import numpy as np
 
 from ..errors import DelegateError
 from . import codegen
-from .base import Backend, Program, numbered
+from .base import Backend, Buffer, Program, numbered
 from .codegen import KernelSpec
 
 T = TypeVar("T")
@@ -41,8 +48,25 @@ GL_COMPUTE_WORK_GROUP_SIZE = 0x8267
 GL_SHADER_STORAGE_BUFFER = 0x90D2
 GL_SHADER_STORAGE_BARRIER_BIT = 0x2000
 GL_BUFFER_UPDATE_BARRIER_BIT = 0x200
+GL_TEXTURE_FETCH_BARRIER_BIT = 0x8
 GL_TIME_ELAPSED = 0x88BF
 GL_QUERY_RESULT = 0x8866
+GL_TEXTURE_BUFFER = 0x8C2A
+GL_TEXTURE0 = 0x84C0
+GL_RGBA32F = 0x8814
+GL_RGBA16F = 0x881A
+GL_MAX_COMPUTE_TEXTURE_IMAGE_UNITS = 0x91BC
+GL_MAX_TEXTURE_BUFFER_SIZE = 0x8C2B
+# buffer-texture format per storage precision: texelFetch widens fp16 to float32 (exactly)
+_TEXTURE_FORMATS = {"fp32": GL_RGBA32F, "fp16": GL_RGBA16F}
+# compiles where a "#version 310 es" compute shader may read buffer textures
+_TEXTURE_PROBE = """#version 310 es
+#extension GL_EXT_texture_buffer : require
+layout(local_size_x = 1) in;
+layout(binding = 0) uniform highp samplerBuffer probe_buf;
+layout(std430, binding = 0) buffer probe_out { vec4 probe_v[]; };
+void main() { probe_v[0] = texelFetch(probe_buf, 0); }
+"""
 
 _u, _i, _p = ctypes.c_uint, ctypes.c_int, ctypes.c_void_p
 _ip = ctypes.POINTER(ctypes.c_int)
@@ -74,6 +98,11 @@ _SIGNATURES = {
     "glBeginQuery": (None, [_u, _u]),
     "glEndQuery": (None, [_u]),
     "glGetQueryObjectui64v": (None, [_u, _u, ctypes.POINTER(ctypes.c_uint64)]),
+    "glGenTextures": (None, [_i, ctypes.POINTER(ctypes.c_uint)]),
+    "glDeleteTextures": (None, [_i, ctypes.POINTER(ctypes.c_uint)]),
+    "glActiveTexture": (None, [_u]),
+    "glBindTexture": (None, [_u, _u]),
+    "glTexBuffer": (None, [_u, _u, _u]),
 }
 
 
@@ -143,6 +172,22 @@ class _Runtime:
         self.gl = _GLFunctions()
         self.info = dict(self.ctx.info)
         self.binary_formats = self.gl.get_int(GL_NUM_PROGRAM_BINARY_FORMATS)
+        self.texture_units = self.gl.get_int(GL_MAX_COMPUTE_TEXTURE_IMAGE_UNITS) if self._has_buffer_textures() else 0
+
+    def _has_buffer_textures(self) -> bool:
+        """Whether ES shaders may read buffer textures, and every buffer fits in one (ES guarantees only
+        65536 texels)."""
+        max_texels = self.gl.get_int(GL_MAX_TEXTURE_BUFFER_SIZE)
+        if max_texels * 16 < int(self.info["GL_MAX_SHADER_STORAGE_BLOCK_SIZE"]):
+            return False
+        gl = self.gl
+        shader = gl.CreateShader(GL_COMPUTE_SHADER)
+        gl.ShaderSource(shader, 1, (ctypes.c_char_p * 1)(_TEXTURE_PROBE.encode()), None)
+        gl.CompileShader(shader)
+        status = ctypes.c_int()
+        gl.GetShaderiv(shader, GL_COMPILE_STATUS, ctypes.byref(status))
+        gl.DeleteShader(shader)
+        return status.value == 1
 
     def call(self, fn: Callable[..., T], *args: Any) -> T:
         if threading.current_thread() is self.thread:
@@ -157,10 +202,10 @@ class _Runtime:
     def _drain(self) -> None:
         while True:
             try:
-                programs, buffers = self.pending.get_nowait()
+                objects = self.pending.get_nowait()
             except queue.Empty:
                 return
-            _delete(self, programs, buffers)
+            _delete(self, *objects)
 
 
 _lock = threading.Lock()
@@ -182,22 +227,27 @@ def open_context() -> _Runtime:
         return _runtime
 
 
-def _delete(runtime: _Runtime, programs: set[int], buffers: set[Any]) -> None:
-    """Delete GL objects; on the GL thread."""
+def _delete(runtime: _Runtime, programs: set[int], buffers: set[Any], textures: dict[int, int]) -> None:
+    """Delete GL objects; on the GL thread. A buffer's texture goes first: it holds the buffer's storage."""
+    if textures:
+        names = (ctypes.c_uint * len(textures))(*textures.values())
+        runtime.gl.DeleteTextures(len(names), names)
     for p in programs:
         runtime.gl.DeleteProgram(p)
     for b in buffers:
         b.release()
     programs.clear()
     buffers.clear()
+    textures.clear()
 
 
-def _release(runtime: _Runtime, programs: set[int], buffers: set[Any]) -> None:
-    runtime.pending.put((programs, buffers))
+def _release(runtime: _Runtime, programs: set[int], buffers: set[Any], textures: dict[int, int]) -> None:
+    runtime.pending.put((programs, buffers, textures))
 
 
 class GLBackend(Backend):
     name = "gl"
+    tuning_candidates = 3  # the work-group size is compiled into the shader: each one tried is a compile
 
     def __init__(self, profile: bool = False) -> None:
         super().__init__(profile)
@@ -205,8 +255,11 @@ class GLBackend(Backend):
         self.gl = self.runtime.gl
         self._gl_programs: set[int] = set()
         self._gl_buffers: set[Any] = set()
+        self._gl_textures: dict[int, int] = {}  # buffer name -> its buffer texture, made and deleted with it
         # GL objects must be deleted on the GL thread, whichever thread collects this backend
-        self._finalizer = weakref.finalize(self, _release, self.runtime, self._gl_programs, self._gl_buffers)
+        self._finalizer = weakref.finalize(self, _release, self.runtime, self._gl_programs, self._gl_buffers,
+                                           self._gl_textures)
+        self._texture_reads: dict[int, frozenset[int]] = {}  # program -> its arguments read as textures
         self._info = self._describe()
 
     def _on_device(self, fn: Callable[..., T], *args: Any) -> T:
@@ -241,8 +294,14 @@ class GLBackend(Backend):
         # the GL objects themselves: close() deletes them all, freed or not
         return len(self._gl_buffers)
 
+    def textures(self, spec: KernelSpec) -> frozenset[int]:
+        """The arguments of ``spec`` that its shader reads through buffer textures: all that it does not
+        write, where the driver has buffer textures and a unit for each."""
+        reads = frozenset(i for i, a in enumerate(spec.args) if a.role != "out")
+        return reads if reads and max(reads) < self.runtime.texture_units else frozenset()
+
     def source(self, spec: KernelSpec, local_size: tuple[int, int, int]) -> str:
-        return codegen.glsl_source(spec, local_size)
+        return codegen.glsl_source(spec, local_size, self.textures(spec))
 
     def _build(self, spec: KernelSpec, source: str, binary: bytes | None) -> Any:
         gl = self.gl
@@ -258,6 +317,7 @@ class GLBackend(Backend):
                 gl.DeleteProgram(program)
                 raise DelegateError(f"OpenGL: kernel {spec.name}: the driver rejected the program binary")
             self._gl_programs.add(program)
+            self._texture_reads[program] = self.textures(spec)
             return program
         shader = gl.CreateShader(GL_COMPUTE_SHADER)
         gl.ShaderSource(shader, 1, (ctypes.c_char_p * 1)(source.encode()), None)
@@ -282,6 +342,7 @@ class GLBackend(Backend):
             raise DelegateError(f"OpenGL: kernel {spec.name} failed to link:\n{log}\n"
                                 f"--- source ---\n{numbered(source)}")
         self._gl_programs.add(program)
+        self._texture_reads[program] = self.textures(spec)
         return program
 
     def _binary(self, program: Program) -> bytes:
@@ -305,7 +366,26 @@ class GLBackend(Backend):
         self._gl_buffers.add(buf)
         return buf
 
+    def alloc(self, n_vec4: int, precision: str = "fp32") -> Buffer:
+        buf = super().alloc(n_vec4, precision)
+        if self.runtime.texture_units:
+            self._on_device(self._attach_texture, buf.handle, precision)
+        return buf
+
+    def _attach_texture(self, handle: Any, precision: str) -> None:
+        """The buffer texture through which kernels read the buffer (a view: no copy, no sync)."""
+        gl = self.gl
+        name = ctypes.c_uint()
+        gl.GenTextures(1, ctypes.byref(name))
+        gl.BindTexture(GL_TEXTURE_BUFFER, name)
+        gl.TexBuffer(GL_TEXTURE_BUFFER, _TEXTURE_FORMATS[precision], handle.glo)
+        gl.BindTexture(GL_TEXTURE_BUFFER, 0)
+        self._gl_textures[handle.glo] = name.value
+
     def _free(self, handle: Any) -> None:
+        texture = self._gl_textures.pop(handle.glo, None)
+        if texture is not None:
+            self.gl.DeleteTextures(1, ctypes.byref(ctypes.c_uint(texture)))
         self._gl_buffers.discard(handle)
         handle.release()
 
@@ -322,8 +402,13 @@ class GLBackend(Backend):
     def _launch(self, program: Program, handles: list[Any]) -> Any:
         gl = self.gl
         gl.UseProgram(program.handle)
+        textures = self._texture_reads[program.handle]
         for i, h in enumerate(handles):
-            gl.BindBufferBase(GL_SHADER_STORAGE_BUFFER, i, h.glo)
+            if i in textures:
+                gl.ActiveTexture(GL_TEXTURE0 + i)
+                gl.BindTexture(GL_TEXTURE_BUFFER, self._gl_textures[h.glo])
+            else:
+                gl.BindBufferBase(GL_SHADER_STORAGE_BUFFER, i, h.glo)
         groups = [-(-g // lsz) for g, lsz in zip(program.spec.grid, program.local_size)]
         query = None
         if self.profile:
@@ -333,8 +418,8 @@ class GLBackend(Backend):
         gl.DispatchCompute(*groups)
         if query is not None:
             gl.EndQuery(GL_TIME_ELAPSED)
-        # make the writes visible to the next dispatch and to buffer reads
-        gl.MemoryBarrier(GL_SHADER_STORAGE_BARRIER_BIT | GL_BUFFER_UPDATE_BARRIER_BIT)
+        # make the writes visible to the next dispatch (as SSBO or texture) and to buffer reads
+        gl.MemoryBarrier(GL_SHADER_STORAGE_BARRIER_BIT | GL_TEXTURE_FETCH_BARRIER_BIT | GL_BUFFER_UPDATE_BARRIER_BIT)
         return query
 
     def _elapsed_ns(self, token: Any) -> int:
@@ -349,4 +434,5 @@ class GLBackend(Backend):
     def close(self) -> None:
         """Free every program and buffer this instance made; the context stays for other instances."""
         super().close()
-        self._on_device(_delete, self.runtime, self._gl_programs, self._gl_buffers)
+        self._on_device(_delete, self.runtime, self._gl_programs, self._gl_buffers, self._gl_textures)
+        self._texture_reads.clear()
