@@ -217,7 +217,7 @@ def plan_to_json(plan: Plan) -> dict:
         "inputs": plan.inputs, "outputs": plan.outputs,
         "aliases": [[a, b] for a, b in plan.aliases.items()],
         "buffer_of": [[a, b] for a, b in plan.buffer_of.items()],
-        "buffer_sizes": plan.buffer_sizes, "nodes": plan.nodes, "notes": plan.notes,
+        "buffer_sizes": plan.buffer_sizes, "nodes": plan.nodes, "notes": plan.notes, "tuned": plan.tuned,
     }
 
 
@@ -236,7 +236,7 @@ def plan_from_json(d: dict, blobs: dict[str, bytes]) -> Plan:
     return Plan(tensors={int(t): tuple(s) for t, s in d["tensors"]}, consts=consts, kernels=kernels,
                 inputs=list(d["inputs"]), outputs=list(d["outputs"]), aliases={int(a): int(b) for a, b in d["aliases"]},
                 buffer_of={int(a): int(b) for a, b in d["buffer_of"]}, buffer_sizes=list(d["buffer_sizes"]),
-                nodes=list(d["nodes"]), notes=list(d["notes"]))
+                nodes=list(d["nodes"]), notes=list(d["notes"]), tuned=bool(d["tuned"]))
 
 
 def fingerprint(parts: list) -> str:

@@ -49,6 +49,8 @@ class GpuDelegate(SimpleDelegate):
         self.enable_quantized_inference = bool(enable_quantized_inference)
         self.max_partitions = max_delegated_partitions
         self.inference_preference = inference_preference
+        # tuning costs start-up time: only for a long-running app, or once when the result is kept
+        self.tune_work_groups = inference_preference == "sustained_speed" or self.cache is not None
         self.requested_backend = backend
         self.backend, self.unavailable = _create_backend(backend, bool(enable_op_profiling))
         self.backend_name = self.backend.name if self.backend is not None else "cpu"

@@ -3,13 +3,14 @@ then, every invoke, upload the inputs, dispatch the kernels in order and downloa
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 import time
 
 import numpy as np
 
-from .backends.base import device_fingerprint
+from .backends.base import device_fingerprint, local_size_candidates
 from .backends.codegen import Arg, KernelSpec, load_kernel
 from .cache import fingerprint, partition_parts
 from .errors import DelegateError
@@ -17,6 +18,11 @@ from .lowering import build_plan
 from .lowering.plan import KernelCall, Plan, PostOp
 
 log = logging.getLogger("gpu_delegate")
+
+# Work-group tuning stops after this long per partition (PoCL builds a work-group function per size at its
+# first launch, ~30 ms; llvmpipe compiles a shader per size, 0.2-1.5 s); the kernels it did not reach keep
+# the rule's size.
+TUNE_SECONDS = 20.0
 
 
 FAKE_QUANT = """FLT4 fake_quant(FLT4 v, float scale, float zp, float qmin, float qmax) {
@@ -114,6 +120,9 @@ class PlanRunner:
         compiled_any = runner.compile(binaries)
         try:
             runner.allocate()
+            if delegate.tune_work_groups and not plan.tuned:
+                runner.tune(TUNE_SECONDS)
+                compiled_any = True
         except BaseException:
             runner.close()  # the buffers allocated before the one that failed
             raise
@@ -127,6 +136,7 @@ class PlanRunner:
         t0 = time.perf_counter()
         self.programs = []
         self.binds = []
+        self.digests = []
         self.by_digest: dict[str, object] = {}
         compiled_any = False
         for call in self.plan.kernels:
@@ -146,8 +156,53 @@ class PlanRunner:
                 self.by_digest[digest] = program
             self.programs.append(program)
             self.binds.append(binds)
+            self.digests.append(digest)
         self.timings["compile_s"] = time.perf_counter() - t0
         return compiled_any
+
+    def tune(self, budget_s: float) -> None:
+        """Time each distinct kernel at a few work-group sizes on its real buffers and keep the fastest in
+        the plan (so the serialization cache keeps it too). Kernels are pure functions of their inputs, so
+        launching them out of turn changes nothing the next invoke reads."""
+        t0 = time.perf_counter()
+        info = self.backend.device_info()
+        chosen: dict[str, tuple[int, int, int]] = {}
+        for call, program, (_, buffers), digest in zip(self.plan.kernels, self.programs, self.calls, self.digests):
+            if digest in chosen:
+                call.local_size = chosen[digest]
+                continue
+            if time.perf_counter() - t0 > budget_s:
+                log.info("work-group tuning stopped after %.1f s at %s", budget_s, call.label)
+                break
+            spec, _ = kernel_spec(call, self.plan, self.precision, self.backend.name)
+            best = (self._time(program, buffers), program.local_size)
+            for local in local_size_candidates(spec.grid, info, self.backend.tuning_candidates):
+                if local == program.local_size:
+                    continue
+                try:
+                    candidate = self.backend.compile(dataclasses.replace(spec, local_size=local))
+                except DelegateError as e:  # a size the driver refuses for this kernel
+                    log.debug("%s: work-group size %s refused: %s", call.label, local, e)
+                    continue
+                best = min(best, (self._time(candidate, buffers), local))
+            call.local_size = chosen[digest] = best[1]
+        self.plan.tuned = True
+        self.compile({})  # every program is in the backend's own cache by now: nothing is built again
+        self.bind()
+        self.timings["tune_s"] = time.perf_counter() - t0
+
+    def _time(self, program, buffers, repeats: int = 3) -> float:
+        """The fastest of ``repeats`` launches, after one that warms the driver up."""
+        bound = self.backend.bind([(program, buffers)])
+        self.backend.dispatch_bound(bound)
+        self.backend.finish()
+        best = float("inf")
+        for _ in range(repeats):
+            t = time.perf_counter()
+            self.backend.dispatch_bound(bound)
+            self.backend.finish()
+            best = min(best, time.perf_counter() - t)
+        return best
 
     def binaries(self) -> dict[str, bytes]:
         out = {}
@@ -165,12 +220,16 @@ class PlanRunner:
         for key, rows in plan.consts.items():
             buf = self.const_buffers[key] = backend.alloc(rows.shape[0], self.precision)
             backend.upload(buf, rows)
+        self.bind()
+
+    def bind(self) -> None:
+        plan = self.plan
         self.calls = []
         for program, binds in zip(self.programs, self.binds):
             bufs = [self.const_buffers[ref] if kind == "c" else self.buffers[plan.buffer_of[plan.storage(ref)]]
                     for kind, ref in binds]
             self.calls.append((program, bufs))
-        self.bound = backend.bind(self.calls)
+        self.bound = self.backend.bind(self.calls)
 
     def tensor_buffer(self, t: int):
         return self.buffers[self.plan.buffer_of[self.plan.storage(t)]]

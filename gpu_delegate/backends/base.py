@@ -98,6 +98,24 @@ def choose_local_size(grid: tuple[int, int, int], info: dict) -> tuple[int, int,
     return tuple(local)
 
 
+TUNING_SHAPES = ((1, 1, 1), (4, 1, 1), (16, 1, 1), (64, 1, 1), (8, 8, 1), (4, 4, 4))
+
+
+def local_size_candidates(grid: tuple[int, int, int], info: dict, limit: int | None = None
+                          ) -> list[tuple[int, int, int]]:
+    """At most ``limit`` work-group sizes worth timing for ``grid`` (the rule's choice first): a few 1-D,
+    2-D and 3-D shapes within the device's limits and no wider than twice the grid along any dimension."""
+    out = [choose_local_size(grid, info)]
+    dims = info["max_work_group_dims"]
+    for shape in TUNING_SHAPES:
+        if math.prod(shape) > info["max_work_group_size"] or shape in out:
+            continue
+        if any(n > d or (n > 1 and n >= 2 * g) for n, d, g in zip(shape, dims, grid)):
+            continue
+        out.append(shape)
+    return out[:limit]
+
+
 def numbered(source: str) -> str:
     """Program text with line numbers, for compiler logs that cite them."""
     return "\n".join(f"{i:4d}  {line}" for i, line in enumerate(source.splitlines(), 1))
@@ -127,6 +145,9 @@ class Backend(ABC):
     the API context underneath is shared by every instance in the process."""
 
     name: str = ""
+    # work-group sizes tried per kernel when tuning (None: every candidate); an API that compiles the size
+    # into the program pays a compile for each
+    tuning_candidates: int | None = None
 
     def __init__(self, profile: bool = False) -> None:
         self.profile = profile
@@ -225,8 +246,9 @@ class Backend(ABC):
         source = self.source(spec, local)
         key = self._key(source)
         # models repeat layers: an identical kernel is compiled once per backend instance
-        if (key, spec.name) in self._programs:
-            return self._programs[key, spec.name]
+        # the work-group size is a launch parameter in OpenCL, not part of the source: it is part of the key
+        if (key, spec.name, local) in self._programs:
+            return self._programs[key, spec.name, local]
         payload = None
         if binary is not None:
             head = len(_BINARY_MAGIC)
@@ -237,7 +259,7 @@ class Backend(ABC):
             if hashlib.sha256(payload).digest() != binary[head + 32:head + 64]:
                 raise DelegateError(f"{self.name}: kernel {spec.name}: the program binary is corrupt")
         handle = self._on_device(self._build, spec, source, payload)
-        program = self._programs[key, spec.name] = Program(self, spec, source, local, handle, key)
+        program = self._programs[key, spec.name, local] = Program(self, spec, source, local, handle, key)
         return program
 
     def program_binary(self, program: Program) -> bytes:
@@ -438,4 +460,4 @@ def conversion_spec(kernel: str, shape: tuple[int, int, int, int], precision: st
 
 
 __all__ = ["Backend", "Buffer", "Program", "choose_local_size", "conversion_spec", "device_fingerprint",
-           "live_backends", "live_buffers"]
+           "local_size_candidates", "live_backends", "live_buffers"]

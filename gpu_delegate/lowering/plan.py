@@ -72,6 +72,7 @@ class Plan:
     buffer_sizes: list[int] = field(default_factory=list)  # vec4 count per slot
     nodes: list[int] = field(default_factory=list)  # graph nodes this plan covers
     notes: list[str] = field(default_factory=list)  # what the passes did
+    tuned: bool = False  # work-group sizes were timed on the device (runner.PlanRunner.tune)
 
     def storage(self, t: int) -> int:
         while t in self.aliases:
