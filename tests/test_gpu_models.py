@@ -38,13 +38,9 @@ HYBRID_REL = 0.05
 
 # Compiling is what takes the time, cold: ~0.6 s per distinct kernel on PoCL, 0.2-0.6 s on llvmpipe, and a
 # model has 20-55 of them (the int8 ones one per layer: their fake-quant constants differ). The fp16 and
-# dynamic-range MobileNets lower to the very kernels of the fp32 ones, compiled once per delegate. On GL,
-# where a MobileNet also takes 0.5-1 s per invoke, only MobileNet V2 fp32 runs (V1 adds no kernel kind, the
-# int8 path is in test_gpu_conv.py), with the real models.
-GL_MODELS = {"mobilenet/mobilenet_v2_224_fp32.tflite", "real/face_detection_short_range.tflite",
-             "real/iris_landmark.tflite", "real/sine_float.tflite"}
+# dynamic-range MobileNets lower to the very kernels of the fp32 ones, compiled once per delegate.
 # fp16 storage (precision_loss_allowed): models whose activations do not decay to nothing
-FP16_MODELS = {"cl": ("real/iris_landmark.tflite", "real/sine_float.tflite"), "gl": ("real/sine_float.tflite",)}
+FP16_MODELS = dict.fromkeys(("cl", "gl"), ("real/iris_landmark.tflite", "real/sine_float.tflite"))
 
 
 def model_names() -> list[str]:
@@ -57,9 +53,7 @@ def cases() -> list:
     out = []
     for name in model_names():
         for backend in ("cl", "gl"):
-            marks = [pytest.mark.skip(reason="GL runs fewer MobileNets (llvmpipe compiles and runs them slowly)")] \
-                if backend == "gl" and name not in GL_MODELS and MODELS.is_dir() else []
-            out.append(pytest.param(name, backend, False, marks=marks, id=f"{name}-{backend}"))
+            out.append(pytest.param(name, backend, False, id=f"{name}-{backend}"))
             if name in FP16_MODELS[backend]:
                 out.append(pytest.param(name, backend, True, id=f"{name}-{backend}-fp16"))
     return out
