@@ -1,0 +1,145 @@
+"""How fast the GPU delegate runs MobileNets against LiteRT's CPU path (XNNPACK, num_threads=2).
+
+Per model (MobileNet V1 and V2, fp32 and int8, from ../shared/models/mobilenet), in one process, on the same
+inputs, in interleaved rounds (every interpreter in turn, round after round, so that load from other
+processes hits all alike), the median latency of:
+  LiteRT            ai_edge_litert's Interpreter, num_threads=2 (XNNPACK)
+  cl, gl            gpu_delegate.Interpreter + GpuDelegate(backend=...)
+  cl tuned          the same with inference_preference="sustained_speed" (work-group sizes tuned at start)
+Reported: ratio to LiteRT, achieved GFLOP/s (2 x the model's MACs per invoke), GL against CL, and the
+per-invoke overhead outside the kernels: (invoke - the plan's kernels alone) / invoke, where "kernels alone"
+is the same bound dispatches enqueued back to back and waited for, timed in the same rounds.
+
+    python bench/speed.py [--models DIR] [--rounds 7] [--runs 5] [--backends cl,cl-tuned,gl] [--only v1_224_fp32,...]
+                          [--output_json F]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_MODELS = ROOT.parent / "shared" / "models" / "mobilenet"
+MODELS = ("mobilenet_v1_224_fp32", "mobilenet_v2_224_fp32", "mobilenet_v1_224_int8", "mobilenet_v2_224_int8")
+
+
+def make_interpreters(path: Path, backends: list[str]) -> dict:
+    import gpu_delegate as gd
+    from ai_edge_litert.interpreter import Interpreter as LiteRT
+
+    its = {"LiteRT": LiteRT(model_path=str(path), num_threads=2)}
+    for b in backends:
+        api, _, tuned = b.partition("-")
+        d = gd.GpuDelegate(backend=api, inference_preference="sustained_speed" if tuned else "fast_single_answer")
+        its[b.replace("-", " ")] = gd.Interpreter(model_path=str(path), experimental_delegates=[d])
+    return its
+
+
+def runner_of(interpreter):
+    runners = [s.kernel.runner for s in getattr(interpreter, "_steps", []) if getattr(getattr(s, "kernel", None),
+                                                                                     "runner", None)]
+    return runners[0] if len(runners) == 1 else None
+
+
+def kernels_alone(runner) -> float:
+    """Seconds for the plan's dispatches alone (no upload, conversion, download or interpreter)."""
+    t0 = time.perf_counter()
+    runner.backend.dispatch_bound(runner.bound)
+    runner.backend.finish()
+    return time.perf_counter() - t0
+
+
+def bench_model(path: Path, backends: list[str], rounds: int, runs: int) -> list[dict]:
+    import gpu_delegate as gd
+
+    its = make_interpreters(path, backends)
+    graph = gd.Interpreter(model_path=str(path)).graph
+    macs = gd.GpuDelegate(backend="cl").partition_weight(graph.nodes, graph)
+    rng = np.random.default_rng(0)
+    details = its["LiteRT"].get_input_details()
+    inputs = []
+    for d in details:
+        dt = np.dtype(d["dtype"])
+        if dt.kind == "f":
+            inputs.append(rng.standard_normal(tuple(d["shape"])).astype(dt))
+        else:
+            info = np.iinfo(dt)
+            inputs.append(rng.integers(info.min, info.max + 1, tuple(d["shape"])).astype(dt))
+    for it in its.values():
+        it.allocate_tensors()
+        for d, x in zip(it.get_input_details(), inputs):
+            it.set_tensor(d["index"], x)
+        it.invoke()
+        it.invoke()
+    times: dict[str, list[float]] = {name: [] for name in its}
+    alone: dict[str, list[float]] = {name: [] for name in its}
+    names = list(its)
+    for r in range(rounds):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            it = its[name]
+            for _ in range(runs):
+                t0 = time.perf_counter()
+                it.invoke()
+                times[name].append(time.perf_counter() - t0)
+            runner = runner_of(it)
+            if runner is not None:
+                alone[name] += [kernels_alone(runner) for _ in range(runs)]
+    ref = [its["LiteRT"].get_tensor(d["index"]) for d in its["LiteRT"].get_output_details()]
+    base = float(np.median(times["LiteRT"]))
+    rows = []
+    for name, it in its.items():
+        ms = float(np.median(times[name]))
+        outs = [it.get_tensor(d["index"]) for d in it.get_output_details()]
+        err = max(float(np.max(np.abs(o.astype(np.float64) - r.astype(np.float64)))) for o, r in zip(outs, ref))
+        overhead = (ms - float(np.median(alone[name]))) / ms if alone[name] else None
+        nodes = [o["backend"] for o in it.get_ops_details()] if hasattr(it, "get_ops_details") and name != "LiteRT" \
+            else []
+        rows.append({"model": path.stem, "backend": name, "median_ms": ms * 1e3, "ratio_to_litert": ms / base,
+                     "gflops": 2 * macs / ms / 1e9, "max_abs_err": err, "overhead": overhead,
+                     "gpu_nodes": f"{sum(n != 'cpu' for n in nodes)}/{len(nodes)}" if nodes else ""})
+    cl = next((r for r in rows if r["backend"] == "cl"), None)
+    for r in rows:
+        r["ratio_to_cl"] = r["median_ms"] / cl["median_ms"] if cl else None
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--models", type=Path, default=DEFAULT_MODELS, help="folder holding the MobileNet .tflite files")
+    p.add_argument("--rounds", type=int, default=7, help="interleaved rounds per model")
+    p.add_argument("--runs", type=int, default=5, help="timed invokes per round and interpreter")
+    p.add_argument("--backends", default="cl,cl-tuned,gl", help="cl, gl, and either with -tuned, comma-separated")
+    p.add_argument("--only", default="", help="model names without 'mobilenet_' (v1_224_fp32,...)")
+    p.add_argument("--output_json", type=Path)
+    args = p.parse_args(argv)
+    wanted = [m for m in MODELS if not args.only or m.removeprefix("mobilenet_") in args.only.split(",")]
+    paths = [args.models / f"{m}.tflite" for m in wanted if (args.models / f"{m}.tflite").is_file()]
+    if not paths:
+        print(f"none of {', '.join(wanted)} in {args.models}", file=sys.stderr)
+        return 1
+    backends = [b for b in args.backends.split(",") if b]
+    print(f"{args.rounds} interleaved rounds x {args.runs} invokes per model and interpreter; medians\n")
+    rows = []
+    for path in paths:
+        rows += bench_model(path, backends, args.rounds, args.runs)
+    print("| model | backend | GPU nodes | median ms | ratio to LiteRT | GFLOP/s | ratio to cl | overhead | "
+          "max abs err |")
+    print("|---|---|---|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        to_cl = f"{r['ratio_to_cl']:.2f}" if r["ratio_to_cl"] is not None and r["backend"] != "LiteRT" else ""
+        overhead = f"{r['overhead']:.1%}" if r["overhead"] is not None else ""
+        print(f"| {r['model'].removeprefix('mobilenet_')} | {r['backend']} | {r['gpu_nodes']} | {r['median_ms']:.2f} | "
+              f"{r['ratio_to_litert']:.2f} | {r['gflops']:.1f} | {to_cl} | {overhead} | {r['max_abs_err']:.3g} |")
+    if args.output_json:
+        args.output_json.write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
