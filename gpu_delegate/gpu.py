@@ -205,9 +205,15 @@ class GpuKernel(DelegateKernel):
         from .runner import PlanRunner
 
         self.free()  # the old plan's buffers go before the new ones are allocated
-        empty = [t for t, s in shapes.items() if 0 in s and self.graph.tensors[t].data is None]
+        computed = [t for t in shapes if self.graph.tensors[t].data is None]
+        empty = [t for t in computed if 0 in shapes[t]]
+        # the support check saw the declared shapes; these are the ones the inputs give
+        deep = [t for t in computed if len(shapes[t]) > MAX_RANK]
         if empty:
             self._fall_back(f"tensor {empty[0]} has no elements (shape {list(shapes[empty[0]])})")
+        elif deep:
+            self._fall_back(f"tensor {deep[0]} has rank {len(shapes[deep[0]])} (shape {list(shapes[deep[0]])}); "
+                            f"the GPU path takes at most {MAX_RANK}")
         else:
             try:
                 with self.delegate.lock:

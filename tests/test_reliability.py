@@ -644,3 +644,49 @@ def test_fp16_weights_after_a_cpu_node(backend):
     it = interpreter(content, gd.GpuDelegate(backend=backend))
     assert [d["backend"] for d in it.get_ops_details()] == ["cpu", backend, backend]
     np.testing.assert_allclose(run(it, x)[0], run_litert(content, [x])[0], rtol=0, atol=1e-4)
+
+
+def test_quantization_on_an_axes_tensor_is_ignored(backend):
+    """A MEAN whose int32 axes tensor carries a quantization: TFLite reads axes raw; the GPU lowering
+    dequantized them into float indices (TypeError)."""
+    mb = ModelBuilder()
+    x = mb.input("x", [1, 4, 5, 6])
+    y = mb.tensor("y", [1, 1, 1, 6])
+    mb.op("MEAN", [x, mb.const("axes", np.array([1, 2], np.int32), scale=0.1, zero_point=0)], [y], keep_dims=True)
+    mb.output(y)
+    it = interpreter(mb.build(), gd.GpuDelegate(backend=backend))
+    assert on(it) == {backend}
+    x = make_input(19, (1, 4, 5, 6))
+    np.testing.assert_allclose(run(it, x)[0], x.mean(axis=(1, 2), keepdims=True), rtol=0, atol=1e-6)
+
+
+def test_a_shape_deeper_than_declared_runs_on_the_cpu(backend):
+    """A RESHAPE to rank 5 whose output tensor declares rank 4: the support check sees rank 4, the inputs
+    give rank 5, which no PHWC4 tensor holds; the partition runs on the CPU instead of failing."""
+    mb = ModelBuilder()
+    x = mb.input("x", [1, 2, 3, 4])
+    r, y = mb.tensor("r", [1, 2, 3, 4]), mb.tensor("y", [1, 2, 3, 4])
+    mb.op("RESHAPE", [x, mb.const("shape", np.array([1, 1, 2, 3, 4], np.int32))], [r])
+    mb.op("RELU", [r], [y])
+    mb.output(y)
+    it = interpreter(mb.build(), gd.GpuDelegate(backend=backend))
+    x = make_input(20, (1, 2, 3, 4))
+    [y] = run(it, x)
+    np.testing.assert_array_equal(y, np.maximum(x, 0).reshape(1, 1, 2, 3, 4))
+
+
+def test_an_absurd_dilation_stays_on_the_cpu(backend):
+    """A depthwise conv with dilation 2^31 - 1: the GPU's int32 tap offsets overflowed (a wrong answer)."""
+    w = np.random.default_rng(21).standard_normal((1, 3, 3, 4)).astype(np.float32)
+    mb = ModelBuilder()
+    x = mb.input("x", [1, 5, 6, 4])
+    y = mb.tensor("y", [1, 5, 6, 4])
+    mb.op("DEPTHWISE_CONV_2D", [x, mb.const("w", w), mb.const("b", np.zeros(4, np.float32))], [y], padding="SAME",
+          stride_w=1, stride_h=1, depth_multiplier=1, dilation_w_factor=2**31 - 1, dilation_h_factor=1)
+    mb.output(y)
+    content = mb.build()
+    it = interpreter(content, gd.GpuDelegate(backend=backend))
+    assert [d["backend"] for d in it.get_ops_details()] == ["cpu"]
+    assert "dilation" in it.cpu_reasons()[0]
+    x = make_input(22, (1, 5, 6, 4))
+    np.testing.assert_allclose(run(it, x)[0], run_litert(content, [x])[0], rtol=0, atol=1e-5)

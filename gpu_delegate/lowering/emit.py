@@ -45,6 +45,14 @@ class LowerContext:
     def const_data(self, t: int) -> np.ndarray | None:
         return self.view.const(t)
 
+    def const_ints(self, t: int) -> np.ndarray:
+        """A constant index-like input (axes, paddings, gather indices) as stored, as int64: TFLite reads
+        these raw, whatever quantization a file attaches to them (dequantized, they would be floats)."""
+        data = self.view.graph.tensors[t].data if t >= 0 else None
+        if data is None:
+            raise DelegateError(f"input tensor {t} is not a constant in this GPU partition")
+        return np.asarray(data).astype(np.int64)
+
     def is_const(self, t: int) -> bool:
         return self.view.is_const(t)
 

@@ -696,6 +696,9 @@ class BatchMatMul(Op):
 # reads it. The float value of a constant comes from ctx.const_data (int8 / fp16 / hybrid already
 # dequantized); quantized models run in float, with the framework's fake-quant after each op.
 
+MAX_GPU_DILATION = 4096
+
+
 def gpu_check(op: type[Op], node: Node, graph: Graph, consts: dict[int, str]) -> bool | str:
     """The op's own validation and the inputs that must be constants on the GPU (or DEQUANTIZE / DENSIFY
     of constants, which lowering folds): input slot -> what it is."""
@@ -707,6 +710,10 @@ def gpu_check(op: type[Op], node: Node, graph: Graph, consts: dict[int, str]) ->
         t = node.inputs[i] if i < len(node.inputs) else -1
         if t >= 0 and not from_constants(graph, t):
             return f"the {what} (input {i}) is computed at run time; the GPU path takes constant {what}s only"
+    dilation = max(int(node.attrs.get("dilation_h_factor", 1)), int(node.attrs.get("dilation_w_factor", 1)))
+    if dilation > MAX_GPU_DILATION:
+        # a tap's offset (kernel size x dilation) must stay far inside the kernels' int32 index arithmetic
+        return f"dilation {dilation} (the GPU path takes at most {MAX_GPU_DILATION})"
     return True
 
 

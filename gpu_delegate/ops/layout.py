@@ -954,7 +954,7 @@ class Gather(Op):
         src, indices = ctx.input(node, 0), ctx.input(node, 1)
         shape = ctx.shape(src)
         axis, _ = _gather_axes(node, shape, ctx.shape(indices))
-        values = np.asarray(ctx.const_data(indices), np.int64).reshape(-1)
+        values = ctx.const_ints(indices).reshape(-1)
 
         def table() -> np.ndarray:
             rows = np.zeros(-(-2 * values.size // 4) * 4, np.float32)
@@ -1083,7 +1083,7 @@ class Pad(Op):
         src, dst = ctx.input(node, 0), ctx.output(node, 0)
         rank = len(ctx.shape(src))
         pads = np.zeros((4, 2), np.int64)
-        pads[4 - rank:] = np.asarray(ctx.const_data(ctx.input(node, 1)), np.int64).reshape(rank, 2)
+        pads[4 - rank:] = ctx.const_ints(ctx.input(node, 1)).reshape(rank, 2)
         mode = 0
         # a quantized tensor pads with its zero point: 0.0 in the float domain the GPU computes in
         value_t = ctx.input(node, 2)
@@ -1139,7 +1139,7 @@ class MirrorPad(Op):
         src, dst = ctx.input(node, 0), ctx.output(node, 0)
         rank = len(ctx.shape(src))
         pads = np.zeros((4, 2), np.int64)
-        pads[4 - rank:] = np.asarray(ctx.const_data(ctx.input(node, 1)), np.int64).reshape(rank, 2)
+        pads[4 - rank:] = ctx.const_ints(ctx.input(node, 1)).reshape(rank, 2)
         mode = 1 if int(node.attrs.get("mode", 0)) == 0 else 2  # REFLECT, SYMMETRIC
         value = 0.0
         src_c = ctx.bhwc(src)[3]

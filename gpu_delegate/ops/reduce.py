@@ -85,7 +85,7 @@ class _Reduce(Op):
     def lower(cls, node: Node, graph: Graph, ctx) -> None:
         src, dst = ctx.input(node, 0), ctx.output(node)
         rank = len(ctx.shape(src))
-        reduced = {a + 4 - rank for a in resolve_axes(node, ctx.const_data(ctx.input(node, 1)), rank)}
+        reduced = {a + 4 - rank for a in resolve_axes(node, ctx.const_ints(ctx.input(node, 1)), rank)}
         shape = ctx.bhwc(src)
         keep = [1 if a in reduced else d for a, d in enumerate(shape)]
         count = int(np.prod([shape[a] for a in reduced]))
