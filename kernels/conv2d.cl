@@ -15,15 +15,7 @@
 // ACT: clamp to [ACT_MIN, ACT_MAX] (the fused activation) before the post-ops.
 // Grid (ceil(dst_W / BLOCK_X), dst_H, dst_B * DST_BLOCKS).
 
-FLT4 conv_finish(FLT4 v, int os BUFS_DECL) {
-#if HAS_BIAS
-  v = v + bias_read(os);
-#endif
-#if ACT
-  v = clamp(v, ACT_MIN, ACT_MAX);
-#endif
-  return v;
-}
+// @include conv_finish.inc.cl
 // @body
 int blk = GID_Z % DST_BLOCKS;
 int b = GID_Z / DST_BLOCKS;

@@ -4,30 +4,10 @@
 // scalar and broadcast, so a step is one wide multiply-add. Measured on PoCL, MobileNet's first layer
 // (3x3 stride 2, 3 -> 32 channels, 224x224): about twice the speed of the float4 version.
 
-#if BLOCK_S == 4
-#define ACCV float16
-#define ROWS(i) ((float16)(w_read(i), w_read((i) + 1), w_read((i) + 2), w_read((i) + 3)))
-#define PART(a, j) ((j) == 0 ? (a).s0123 : (j) == 1 ? (a).s4567 : (j) == 2 ? (a).s89ab : (a).scdef)
-#elif BLOCK_S == 2
-#define ACCV float8
-#define ROWS(i) ((float8)(w_read(i), w_read((i) + 1)))
-#define PART(a, j) ((j) == 0 ? (a).s0123 : (a).s4567)
-#else
-#define ACCV float4
-#define ROWS(i) w_read(i)
-#define PART(a, j) (a)
-#endif
+// @include conv_wide.inc.cl
 #define SRC_PLANE (src_H * src_W)
 
-float4 conv_finish(float4 v, int os BUFS_DECL) {
-#if HAS_BIAS
-  v = v + bias_read(os);
-#endif
-#if ACT
-  v = clamp(v, ACT_MIN, ACT_MAX);
-#endif
-  return v;
-}
+// @include conv_finish.inc.cl
 // @body
 int blk = GID_Z % DST_BLOCKS;
 int b = GID_Z / DST_BLOCKS;

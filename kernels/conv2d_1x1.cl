@@ -13,15 +13,7 @@
 #define SRC_PLANE (src_H * src_W)
 #define DST_PLANE (dst_H * dst_W)
 
-FLT4 conv_finish(FLT4 v, int os BUFS_DECL) {
-#if HAS_BIAS
-  v = v + bias_read(os);
-#endif
-#if ACT
-  v = clamp(v, ACT_MIN, ACT_MAX);
-#endif
-  return v;
-}
+// @include conv_finish.inc.cl
 // @body
 int blk = GID_Z;
 int pb = GID_Y * GRID_X + GID_X;  // this work item's block of pixels

@@ -1,37 +1,17 @@
 // OpenCL's conv2d_1x1.cl (same defines, weight layout and grid; see there). The BLOCK_S output slices of a
 // pixel form one float16 (BLOCK_S 4), float8 (2) or float4 (1) accumulator, and the BLOCK_S weight rows of
 // an input channel one vector of the same width, so a step is one wide fma of an input value broadcast
-// from memory: PoCL emits a single AVX-512 instruction for it. Measured on PoCL, 1x1 56x56x128->128:
+// from memory: one wide multiply-add (conv_wide.inc.cl). Measured on PoCL, 1x1 56x56x128->128:
 // twice the speed of the float4 version.
 // The work item's BLOCK_X pixels go CHUNK at a time: PoCL is fastest at 2-4 pixels per pass (more spill),
 // llvmpipe at 8 per work item (conv2d_1x1.cl), and both read the same grid.
 
-#if BLOCK_S == 4
-#define ACCV float16
-#define ROWS(i) ((float16)(w_read(i), w_read((i) + 1), w_read((i) + 2), w_read((i) + 3)))
-#define PART(a, j) ((j) == 0 ? (a).s0123 : (j) == 1 ? (a).s4567 : (j) == 2 ? (a).s89ab : (a).scdef)
-#elif BLOCK_S == 2
-#define ACCV float8
-#define ROWS(i) ((float8)(w_read(i), w_read((i) + 1)))
-#define PART(a, j) ((j) == 0 ? (a).s0123 : (a).s4567)
-#else
-#define ACCV float4
-#define ROWS(i) w_read(i)
-#define PART(a, j) (a)
-#endif
+// @include conv_wide.inc.cl
 #define SRC_PLANE (src_H * src_W)
 #define CHUNK (BLOCK_X < 4 ? BLOCK_X : 4)
 #define DST_PLANE (dst_H * dst_W)
 
-float4 conv_finish(float4 v, int os BUFS_DECL) {
-#if HAS_BIAS
-  v = v + bias_read(os);
-#endif
-#if ACT
-  v = clamp(v, ACT_MIN, ACT_MAX);
-#endif
-  return v;
-}
+// @include conv_finish.inc.cl
 // @body
 int blk = GID_Z;
 int pb = GID_Y * GRID_X + GID_X;  // this work item's block of pixels

@@ -6,6 +6,8 @@
 // w: rows [block][ky][kx][src slice][c < 4][j < BLOCK_S] as in conv2d.cl; bias (HAS_BIAS): a row per
 // output slice, zero-padded to whole blocks. ACT: clamp to [ACT_MIN, ACT_MAX].
 // Grid (dst_W, dst_H, dst_B * DST_BLOCKS).
+
+// @include conv_finish.inc.cl
 // @body
 int blk = GID_Z % DST_BLOCKS;
 int b = GID_Z / DST_BLOCKS;
@@ -41,13 +43,6 @@ for (int ky = 0; ky < KH; ky++) {
 for (int j = 0; j < BLOCK_S; j++) {
   int os = blk * BLOCK_S + j;
   if (os < dst_S) {
-    FLT4 v = acc[j];
-#if HAS_BIAS
-    v = v + bias_read(os);
-#endif
-#if ACT
-    v = clamp(v, ACT_MIN, ACT_MAX);
-#endif
-    dst_write(dst_idx(b, GID_Y, GID_X, os), v);
+    dst_write(dst_idx(b, GID_Y, GID_X, os), conv_finish(acc[j], os BUFS));
   }
 }

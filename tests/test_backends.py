@@ -384,3 +384,21 @@ def test_auto_picks_a_working_backend():
         assert "no GPU backend is available" in str(e)
         return
     assert be.name in ("cl", "gl")
+
+
+def test_kernel_includes(tmp_path, monkeypatch):
+    """``// @include FILE`` lines expand (nested), above or below ``// @body``; a missing file or a cycle is
+    an error naming the line."""
+    from gpu_delegate.backends import codegen
+
+    (tmp_path / "a.inc.cl").write_text("#define A 1\n// @include b.inc.cl\n")
+    (tmp_path / "b.inc.cl").write_text("#define B 2\n")
+    (tmp_path / "k.cl").write_text("// @include a.inc.cl\n// @body\nx = A + B;\n")
+    (tmp_path / "loop.inc.cl").write_text("// @include loop.inc.cl\n")
+    (tmp_path / "bad.cl").write_text("// @include nowhere.inc.cl\n")
+    (tmp_path / "cycle.cl").write_text("// @include loop.inc.cl\n")
+    monkeypatch.setattr(codegen, "_KERNEL_DIRS", (tmp_path,))
+    assert codegen.load_kernel("k") == ("#define A 1\n#define B 2\n", "x = A + B;\n")
+    for name in ("bad", "cycle"):
+        with pytest.raises(FileNotFoundError, match="kernel include"):
+            codegen.load_kernel(name)

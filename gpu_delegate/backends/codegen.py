@@ -24,6 +24,7 @@ PRECISIONS = ("fp32", "fp16")
 _KERNEL_DIRS = (Path(__file__).resolve().parents[2] / "kernels", Path(__file__).resolve().parents[1] / "kernels")
 # The line that separates a kernel file's helper functions (above) from its body (below).
 BODY_MARKER = "// @body"
+INCLUDE_MARKER = "@include"
 
 # A name must be an identifier in both languages: GLSL reserves "__" anywhere and the "gl_"/"GL_" prefixes.
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9]*(_[A-Za-z0-9]+)*$")
@@ -125,20 +126,41 @@ _RESERVED = ("GRID_X", "GRID_Y", "GRID_Z", "GID_X", "GID_Y", "GID_Z", "BUFS", "B
              "LANE", "ZERO_PAD")
 
 
+def _kernel_file(name: str) -> Path | None:
+    return next((d / name for d in _KERNEL_DIRS if (d / name).is_file()), None)
+
+
+def _with_includes(text: str, seen: tuple[str, ...] = ()) -> str:
+    """``text`` with every ``// @include FILE`` line replaced by that file of kernels/ (itself expanded)."""
+    out = []
+    for line in text.splitlines(keepends=True):
+        words = line.split()
+        if words[:2] != ["//", INCLUDE_MARKER]:
+            out.append(line)
+            continue
+        name = words[2] if len(words) == 3 else ""
+        path = _kernel_file(name)
+        if path is None or name in seen:
+            raise FileNotFoundError(f"kernel include {line.strip()!r}: no such file in kernels/, or a cycle")
+        out.append(_with_includes(path.read_text(), (*seen, name)))
+    return "".join(out)
+
+
 def load_kernel(name: str, api: str | None = None) -> tuple[str, str]:
     """(helpers, body) of ``kernels/<name>.cl``: the text above a ``// @body`` line is file-scope helper
     code, the text below it the body; a file without the marker is all body. With ``api`` ("cl" or
-    "gl"), a file ``<name>.<api>.cl`` written for that API alone takes precedence."""
+    "gl"), a file ``<name>.<api>.cl`` written for that API alone takes precedence. A line
+    ``// @include FILE`` stands for the text of ``kernels/FILE`` (helpers several kernels share)."""
     names = ([f"{name}.{api}.cl"] if api else []) + [f"{name}.cl"]
-    for path in (d / n for n in names for d in _KERNEL_DIRS):
-        if path.is_file():
-            text = path.read_text()
-            lines = text.splitlines(keepends=True)
-            for i, line in enumerate(lines):
-                if line.strip() == BODY_MARKER:
-                    return "".join(lines[:i]), "".join(lines[i + 1:])
-            return "", text
-    raise FileNotFoundError(f"kernel source {name}.cl not found in {', '.join(str(d) for d in _KERNEL_DIRS)}")
+    path = next((p for p in map(_kernel_file, names) if p is not None), None)
+    if path is None:
+        raise FileNotFoundError(f"kernel source {name}.cl not found in {', '.join(str(d) for d in _KERNEL_DIRS)}")
+    text = _with_includes(path.read_text())
+    lines = text.splitlines(keepends=True)
+    for i, line in enumerate(lines):
+        if line.strip() == BODY_MARKER:
+            return "".join(lines[:i]), "".join(lines[i + 1:])
+    return "", text
 
 
 def literal(value: float | bool | str) -> str:
