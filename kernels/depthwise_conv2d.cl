@@ -13,6 +13,8 @@
 
 #define SPAN ((BLOCK_X - 1) * SW + (KW - 1) * DW + 1)
 
+// @include conv_finish.inc.cl
+
 FLT4 dw_fetch(int b, int y, int x, int s BUFS_DECL) {
 #if MULT == 1
   return src_read(src_idx(b, y, x, s));
@@ -65,13 +67,6 @@ for (int ky = 0; ky < KH; ky++) {
 for (int p = 0; p < BLOCK_X; p++) {
   int ox = ox0 + p;
   if (ox < dst_W) {
-    FLT4 v = acc[p];
-#if HAS_BIAS
-    v = v + bias_read(s);
-#endif
-#if ACT
-    v = clamp(v, ACT_MIN, ACT_MAX);
-#endif
-    dst_write(dst_idx(b, oy, ox, s), v);
+    dst_write(dst_idx(b, oy, ox, s), conv_finish(acc[p], s BUFS));
   }
 }

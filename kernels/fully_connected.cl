@@ -11,6 +11,7 @@ float fc_input(int e BUFS_DECL) {
   int i = src_idx(pix / (src_H * src_W), (pix / src_W) % src_H, pix % src_W, c / 4);
   return src_read1(4 * i + c % 4);
 }
+// @include conv_finish.inc.cl
 // @body
 int n = GID_X;
 int s = GID_Y;
@@ -18,11 +19,5 @@ FLT4 acc = SPLAT(0.0f);
 for (int k = 0; k < K; k++) {
   acc = FMA(SPLAT(fc_input(n * K + k BUFS)), w_read(s * K + k), acc);
 }
-#if HAS_BIAS
-acc = acc + bias_read(s);
-#endif
-#if ACT
-acc = clamp(acc, ACT_MIN, ACT_MAX);
-#endif
 int plane = dst_H * dst_W;
-dst_write((n / plane * dst_S + s) * plane + n % plane, acc);
+dst_write((n / plane * dst_S + s) * plane + n % plane, conv_finish(acc, s BUFS));
