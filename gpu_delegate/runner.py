@@ -162,8 +162,8 @@ class PlanRunner:
 
     def tune(self, budget_s: float) -> None:
         """Time each distinct kernel at a few work-group sizes on its real buffers and keep the fastest in
-        the plan (so the serialization cache keeps it too). Kernels are pure functions of their inputs, so
-        launching them out of turn changes nothing the next invoke reads."""
+        the plan (so the serialization cache keeps it too). No kernel writes a constant buffer, and every
+        invoke recomputes all the others from the inputs, so these extra launches change no answer."""
         t0 = time.perf_counter()
         info = self.backend.device_info()
         chosen: dict[str, tuple[int, int, int]] = {}
