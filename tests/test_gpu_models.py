@@ -102,9 +102,11 @@ def relative_error(ours: np.ndarray, ref: np.ndarray, floor: float = 0.0) -> flo
     return err / scale if scale > 0 else (0.0 if err == 0 else np.inf)
 
 
-@pytest.mark.parametrize("name,backend,fp16", cases())
-def test_model_on_gpu(name: str, backend: str, fp16: bool):
-    content, inputs, tensors, ref_outputs = litert_reference(name)
+@functools.cache
+def partition_run(name: str, backend: str, fp16: bool) -> tuple:
+    """(graph, partition, probes, tensor -> value) of one run of the model's delegated partition, with the
+    probes as extra outputs; fails if any node is not on ``backend``."""
+    content, inputs, _, _ = litert_reference(name)
     d = delegate(backend, fp16)
     it = gd.Interpreter(model_content=content, experimental_delegates=[d])
     off = [(x["index"], x["op_name"]) for x in it.get_ops_details() if x["backend"] != backend]
@@ -120,11 +122,18 @@ def test_model_on_gpu(name: str, backend: str, fp16: bool):
         kernel.invoke(values)
     finally:
         kernel.runner.close()
+    outputs = [x["index"] for x in it.get_output_details()]
+    return graph, partition, probe, {t: values[t] for t in outputs + probe}, outputs
 
+
+@pytest.mark.parametrize("name,backend,fp16", cases())
+def test_model_on_gpu(name: str, backend: str, fp16: bool):
+    _, _, tensors, ref_outputs = litert_reference(name)
+    graph, partition, probe, values, outputs = partition_run(name, backend, fp16)
     hybrid = "dynrange" in name
     rel = FP16_REL if fp16 else HYBRID_REL if hybrid else FLOAT_REL
-    for k, (det, ref) in enumerate(zip(it.get_output_details(), ref_outputs, strict=True)):
-        ours = values[det["index"]]
+    for k, (t, ref) in enumerate(zip(outputs, ref_outputs, strict=True)):
+        ours = values[t]
         if ref.dtype.kind == "f":
             assert_float_close(ours, ref, rel, what=f"{name} output {k} on {backend}")
         else:
@@ -134,3 +143,19 @@ def test_model_on_gpu(name: str, backend: str, fp16: bool):
     for t in probe:
         err = relative_error(values[t], tensors[t], FP16_FLOOR if fp16 else 0.0)
         assert err <= rel, f"{name}: tensor {graph.tensors[t].name!r} on {backend} is off by {err:.3g} of its max"
+
+
+@pytest.mark.parametrize("name", model_names())
+def test_gl_and_cl_agree(name: str):
+    """The two backends run the same kernel text: their outputs and probes agree to 1e-5 of each tensor's
+    magnitude (OpenCL fuses FMA(), GLSL ES cannot), int8 outputs to the value but for a rare step. Each is
+    checked against LiteRT by test_model_on_gpu; this is the GL-vs-CL consistency on top."""
+    graph, _, _, cl_values, _ = partition_run(name, "cl", False)
+    gl_values = partition_run(name, "gl", False)[3]
+    for t, cl in cl_values.items():
+        gl, what = gl_values[t], f"{name}: tensor {graph.tensors[t].name!r}"
+        if cl.dtype.kind == "f":
+            err = relative_error(gl, cl)
+            assert err <= 1e-5, f"{what}: GL and CL differ by {err:.3g} of its max"
+        else:
+            assert_quant_close(gl, cl, min_equal=0.999, max_steps=1, what=what)
