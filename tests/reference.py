@@ -97,9 +97,9 @@ def assert_matches(ours: list[np.ndarray], ref: list[np.ndarray], rel: float = 1
 
 
 @functools.cache
-def shared_delegate(backend: str, fp16: bool = False) -> gd.GpuDelegate:
-    """One GpuDelegate per backend and precision for the whole session: programs compiled once are reused."""
+def shared_delegate(backend: str, fp16: bool = False, quantized: bool = True) -> gd.GpuDelegate:
+    """One GpuDelegate per backend and options for the whole session: programs compiled once are reused."""
     try:
-        return gd.GpuDelegate(backend=backend, precision_loss_allowed=fp16)
+        return gd.GpuDelegate(backend=backend, precision_loss_allowed=fp16, enable_quantized_inference=quantized)
     except gd.DelegateError as e:
         pytest.skip(f"backend {backend} is not available here: {e}")

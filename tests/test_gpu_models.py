@@ -25,7 +25,8 @@ import warnings
 
 import numpy as np
 import pytest
-from reference import MODELS, assert_float_close, assert_quant_close, need_models, random_inputs, run_litert
+from reference import (MODELS, assert_float_close, assert_quant_close, need_models, random_inputs, run_litert,
+                       shared_delegate)
 
 import gpu_delegate as gd
 
@@ -57,14 +58,6 @@ def cases() -> list:
             if name in FP16_MODELS[backend]:
                 out.append(pytest.param(name, backend, True, id=f"{name}-{backend}-fp16"))
     return out
-
-
-@functools.cache
-def delegate(backend: str, fp16: bool) -> gd.GpuDelegate:
-    try:
-        return gd.GpuDelegate(backend=backend, precision_loss_allowed=fp16)
-    except gd.DelegateError as e:
-        pytest.skip(f"backend {backend} is not available here: {e}")
 
 
 @functools.lru_cache(maxsize=1)
@@ -107,7 +100,7 @@ def partition_run(name: str, backend: str, fp16: bool) -> tuple:
     """(graph, partition, probes, tensor -> value) of one run of the model's delegated partition, with the
     probes as extra outputs; fails if any node is not on ``backend``."""
     content, inputs, _, _ = litert_reference(name)
-    d = delegate(backend, fp16)
+    d = shared_delegate(backend, fp16)
     it = gd.Interpreter(model_content=content, experimental_delegates=[d])
     off = [(x["index"], x["op_name"]) for x in it.get_ops_details() if x["backend"] != backend]
     assert not off, f"{name}: nodes not on {backend}: {off}; why: {it.cpu_reasons()}"

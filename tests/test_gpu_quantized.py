@@ -33,28 +33,13 @@ from collections import Counter
 
 import numpy as np
 import pytest
-from reference import assert_float_close, need_models, run, run_litert
+from reference import assert_float_close, need_models, run, run_litert, shared_delegate
 
 import gpu_delegate as gd
 import gpu_delegate.runner
 from gpu_delegate.tflite.writer import ModelBuilder
 
 I32 = np.int32
-
-
-@functools.cache
-def delegate(backend: str, quantized: bool = True) -> gd.GpuDelegate:
-    """One delegate per backend and option for the module: programs compiled once are shared."""
-    try:
-        return gd.GpuDelegate(backend=backend, enable_quantized_inference=quantized)
-    except gd.DelegateError as e:
-        pytest.skip(f"backend {backend} is not available here: {e}")
-
-
-@pytest.fixture(scope="module", params=["cl", "gl"])
-def backend(request) -> str:
-    delegate(request.param)
-    return request.param
 
 
 def litert_both(content: bytes, inputs: list[np.ndarray]) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -289,7 +274,7 @@ def model(name: str) -> tuple[QModel, bytes, list[tuple[np.ndarray, np.ndarray]]
 
 
 def run_gpu(content: bytes, inputs: list[np.ndarray], backend: str, quantized: bool = True):
-    it = gd.Interpreter(model_content=content, experimental_delegates=[delegate(backend, quantized)])
+    it = gd.Interpreter(model_content=content, experimental_delegates=[shared_delegate(backend, quantized=quantized)])
     return it, run(it, inputs)
 
 
@@ -378,7 +363,7 @@ def test_constants_are_prepared_once(backend, monkeypatch):
         if name.startswith("gpu_delegate") and getattr(module, "dequantize", None) is dequantize:
             monkeypatch.setattr(module, "dequantize", counting(name, dequantize))
     monkeypatch.setattr(gpu_delegate.runner, "build_plan", counting("build_plan", gpu_delegate.runner.build_plan))
-    d = delegate(backend)
+    d = shared_delegate(backend)
     monkeypatch.setattr(d.backend, "upload", counting("upload", d.backend.upload))
 
     b, content, refs = model("int8_conv_trunk")
@@ -443,7 +428,7 @@ def test_int8_mobilenet_node_by_node(backend_name):
     name = "mobilenet_v1_224_int8"
     content = (need_models() / "mobilenet" / f"{name}.tflite").read_bytes()
     inputs = [np.random.default_rng(0).integers(-128, 128, (1, 224, 224, 3)).astype(np.int8)]
-    d = delegate(backend_name)
+    d = shared_delegate(backend_name)
     it = gd.Interpreter(model_content=content, experimental_delegates=[d])
     where = placement(it)
     assert list(where) == [backend_name], f"{name}: nodes not on {backend_name}: {where}; why: {it.cpu_reasons()}"
