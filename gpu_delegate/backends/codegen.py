@@ -199,6 +199,9 @@ _CL_PRELUDE = r"""// Plain arithmetic is never contracted into fma (GLSL ES 3.1 
 FMA_OF(float) FMA_OF(float2) FMA_OF(float4) FMA_OF(float8) FMA_OF(float16)
 #undef FMA_OF
 #pragma OPENCL FP_CONTRACT OFF
+// T_read16(i) (OpenCL-only kernels): the 4 vec4 from index i on as one float16. A float16 is 64-byte
+// aligned by default, a vec4 index only 16: the load goes through this type of vec4 alignment.
+typedef float16 __attribute__((aligned(16))) float16_at4;
 // PoCL 3.0 as pip ships it links min, max, clamp and select as calls, never inlined: a depthwise 3x3 made
 // 60 calls per work item. These inline versions keep the built-ins' meaning (min/max as fmin/fmax: a NaN
 // operand yields the other one; select by the mask's sign bit for vectors, by non-zero for scalars).
@@ -210,7 +213,7 @@ FMA_OF(float) FMA_OF(float2) FMA_OF(float4) FMA_OF(float8) FMA_OF(float16)
   inline T __attribute__((overloadable)) gd_min(T a, S b) { return gd_min(a, (T)(b)); } \
   inline T __attribute__((overloadable)) gd_max(T a, S b) { return gd_max(a, (T)(b)); } \
   inline T __attribute__((overloadable)) gd_clamp(T x, S lo, S hi) { return gd_clamp(x, (T)(lo), (T)(hi)); }
-GD_MINMAX(int) GD_MINMAX(float) GD_MINMAX_V(int4, int) GD_MINMAX_V(float4, float)
+GD_MINMAX(int) GD_MINMAX(float) GD_MINMAX_V(int4, int) GD_MINMAX_V(float4, float) GD_MINMAX_V(float16, float)
 #undef GD_MINMAX
 #undef GD_MINMAX_V
 #undef min
@@ -338,10 +341,12 @@ def _cl_accessors(spec: KernelSpec, a: Arg) -> str:
     t = a.name
     if spec.arg_precision(a) == "fp32":
         lines = [f"#define {t}_read(i) ({t}_buf[(i)])",
-                 f"#define {t}_read1(j) (((__global const float*){t}_buf)[(j)])"]
+                 f"#define {t}_read1(j) (((__global const float*){t}_buf)[(j)])",
+                 f"#define {t}_read16(i) (*(__global const float16_at4*)({t}_buf + (i)))"]
         write = f"#define {t}_write(i, v) ({t}_buf[(i)] = (v))"
     else:
-        lines = [f"#define {t}_read(i) vload_half4((i), {t}_buf)", f"#define {t}_read1(j) vload_half((j), {t}_buf)"]
+        lines = [f"#define {t}_read(i) vload_half4((i), {t}_buf)", f"#define {t}_read1(j) vload_half((j), {t}_buf)",
+                 f"#define {t}_read16(i) vload_half16(0, {t}_buf + 4 * (i))"]
         write = f"#define {t}_write(i, v) vstore_half4_rte((v), (i), {t}_buf)"
     if a.role == "out":
         lines.append(_wrapped_write(spec, a, write))
@@ -360,6 +365,12 @@ def _wrapped_write(spec: KernelSpec, a: Arg, write: str) -> str:
     t = a.name
     raw = write.replace(f"{t}_write(", f"{t}_store(", 1)
     return raw + f"\n#define {t}_write(i, v) {t}_store((i), {t}_finish((v), (i) BUFS))"
+
+
+def _finisher_prototypes(spec: KernelSpec) -> str:
+    """Declarations of the finishers, placed before the helpers: a helper may write an output (the
+    finishers themselves come after the helpers, since they call the post-ops the helpers define)."""
+    return "".join(f"FLT4 {a.name}_finish(FLT4 v, int i BUFS_DECL);\n" for a in spec.args if _finishes(spec, a))
 
 
 def _finishers(spec: KernelSpec) -> str:
@@ -382,6 +393,7 @@ def opencl_source(spec: KernelSpec) -> str:
     parts += [_cl_accessors(spec, a) for a in spec.args]
     parts.append("#define BUFS_DECL " + "".join(f", {p}" for p in params) + "\n")
     parts.append("#define BUFS " + "".join(f", {a.name}_buf" for a in spec.args) + "\n")
+    parts.append(_finisher_prototypes(spec))
     parts.append(spec.helpers.rstrip() + "\n" if spec.helpers.strip() else "")
     parts.append(_finishers(spec))
     parts.append(
@@ -437,6 +449,7 @@ def glsl_source(spec: KernelSpec, local_size: tuple[int, int, int], textures: fr
     parts += [_gl_buffer(spec, i, a, i in textures) for i, a in enumerate(spec.args)]
     parts += [_gl_accessors(spec, a, i in textures) for i, a in enumerate(spec.args)]
     parts.append("#define BUFS_DECL\n#define BUFS\n")
+    parts.append(_finisher_prototypes(spec))
     parts.append(spec.helpers.rstrip() + "\n" if spec.helpers.strip() else "")
     parts.append(_finishers(spec))
     parts.append(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..graph import ACT_NONE, ACT_RELU, ACT_RELU6, ACT_RELU_N1_TO_1, ACT_TANH
+from ..backends.codegen import literal
 from ..ops import get_op
 from .plan import PostOp, bhwc, slices
 from .view import PartitionView
@@ -45,8 +46,8 @@ def fake_quant_postop(view: PartitionView, t: int, node: int) -> PostOp | None:
         return None
     info = np.iinfo(dtype)
     scale, zp = q.scalar()
-    return PostOp(f"v = fake_quant(v, {scale!r}f, {float(zp)!r}f, {float(info.min)!r}f, {float(info.max)!r}f);",
-                  node=node)
+    args = [literal(x) for x in (1.0 / float(scale), float(scale), float(info.min - zp), float(info.max - zp))]
+    return PostOp(f"v = fake_quant(v, {', '.join(args)});", node=node)
 
 
 def elementwise_postops(view: PartitionView, n: int, flowing: int,

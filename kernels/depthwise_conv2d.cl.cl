@@ -1,0 +1,72 @@
+// OpenCL's depthwise_conv2d.cl (same defines, weights and grid). A work item takes its BLOCK_X pixels 4 at
+// a time as one float16 (4 pixels x 4 channels), so a tap of 4 pixels is one wide multiply-add: at stride 1
+// its 4 input columns are adjacent and one float16 load; at stride 2 they are the even columns of two
+// loads. On PoCL a 56x56x144 3x3 layer ran at 12 GB/s with one float4 per pixel: each pixel's arithmetic,
+// not memory, was the bound. Work items with a column outside the input, depth multipliers and other
+// strides take the plain work item (depthwise.inc.cl); gathering an edge's columns into the wide path
+// instead measured no faster.
+
+// @include depthwise.inc.cl
+#define WIDE (MULT == 1 && BLOCK_X % 4 == 0 && (SW == 1 || SW == 2))
+// the last column a work item reads, counted from its first; the stride-2 loads read one past the last tap
+#define LAST_COL (SW == 1 ? BLOCK_X - 1 + (KW - 1) * DW : 2 * (BLOCK_X - 1) + (KW - 1) * DW + 1)
+
+#if WIDE
+void dw_wide(int b, int s, int oy, int ox0 BUFS_DECL) {
+  float16 acc[BLOCK_X / 4];
+  #pragma unroll
+  for (int q = 0; q < BLOCK_X / 4; q++) {
+    acc[q] = (float16)(0.0f);
+  }
+  int x0 = ox0 * SW - PL;
+  for (int ky = 0; ky < KH; ky++) {
+    int iy = oy * SH - PT + ky * DH;
+    if (iy >= 0 && iy < src_H) {
+      int i0 = src_idx(b, iy, x0, s);
+      #pragma unroll
+      for (int kx = 0; kx < KW; kx++) {
+        float4 wk = w_read((s * KH + ky) * KW + kx);
+        float16 w4 = (float16)(wk, wk, wk, wk);
+        #pragma unroll
+        for (int q = 0; q < BLOCK_X / 4; q++) {
+#if SW == 1
+          float16 v = src_read16(i0 + 4 * q + kx * DW);
+#else
+          float16 lo = src_read16(i0 + 8 * q + kx * DW);
+          float16 hi = src_read16(i0 + 8 * q + kx * DW + 4);
+          float16 v = (float16)(lo.s0123, lo.s89ab, hi.s0123, hi.s89ab);
+#endif
+          acc[q] = FMA(v, w4, acc[q]);
+        }
+      }
+    }
+  }
+  #pragma unroll
+  for (int q = 0; q < BLOCK_X / 4; q++) {
+    float16 v = acc[q];
+#if HAS_BIAS
+    float4 bb = bias_read(s);
+    v = v + (float16)(bb, bb, bb, bb);
+#endif
+#if ACT
+    v = clamp(v, ACT_MIN, ACT_MAX);
+#endif
+    int ox = ox0 + 4 * q;
+    int o = dst_idx(b, oy, ox, s);
+    if (ox < dst_W) dst_write(o, v.s0123);
+    if (ox + 1 < dst_W) dst_write(o + 1, v.s4567);
+    if (ox + 2 < dst_W) dst_write(o + 2, v.s89ab);
+    if (ox + 3 < dst_W) dst_write(o + 3, v.scdef);
+  }
+}
+#endif
+// @body
+int ox0 = GID_X * BLOCK_X;
+#if WIDE
+int x0 = ox0 * SW - PL;
+if (x0 >= 0 && x0 + LAST_COL < src_W) {
+  dw_wide(GID_Z / dst_S, GID_Z % dst_S, GID_Y, ox0 BUFS);
+  return;
+}
+#endif
+dw_block(GID_Z / dst_S, GID_Z % dst_S, GID_Y, ox0 BUFS);
