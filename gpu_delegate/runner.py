@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import logging
+import re
 import time
 
 import numpy as np
@@ -36,9 +37,28 @@ FAKE_QUANT = """FLT4 fake_quant(FLT4 v, float inv_scale, float scale, float lo, 
 """
 
 
-def postop_helpers(postops: list[PostOp], dst_channels: int) -> str:
-    """``FLT4 postop(FLT4 v, int i)``: the fused chain applied to a result at linear PHWC4 index i."""
-    lines = [FAKE_QUANT] if any("fake_quant" in p.code for p in postops) else []
+# Identifiers a post-op's code may use to be applied to a float16 as well (4 vec4 at once): each means the
+# same for a float16 (the OpenCL prelude defines SPLAT16 and the float16 min/max/clamp/ROUND).
+_WIDE_NAMES = {"FLT4": "float16", "SPLAT": "SPLAT16", "fake_quant": "fake_quant16", "a": "a", "b": "b", "v": "v",
+               "o": "o", "max": "max", "min": "min", "clamp": "clamp", "INF_F": "INF_F"}
+_TOKEN = re.compile(r"(?P<number>(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?f?)|(?P<name>[A-Za-z_]\w*)")
+
+
+def _widened(code: str, strict: bool = True) -> str | None:
+    """``code`` with every name in _WIDE_NAMES replaced by its float16 form; None if ``strict`` and it uses
+    any other name (it may not mean the same for a float16)."""
+    names = [m.group("name") for m in _TOKEN.finditer(code) if m.group("name")]
+    if strict and any(n not in _WIDE_NAMES for n in names):
+        return None
+    return _TOKEN.sub(lambda m: _WIDE_NAMES.get(m.group("name"), m.group(0)) if m.group("name") else m.group(0), code)
+
+
+def postop_helpers(postops: list[PostOp], dst_channels: int, api: str | None = None) -> tuple[str, bool]:
+    """``FLT4 postop(FLT4 v, int i)``: the fused chain applied to a result at linear PHWC4 index i; for
+    OpenCL, when every step allows, also ``float16 postop16(float16 v, int4 i)`` for 4 results at once
+    (the wide kernels' stores). Returns the text and whether the wide form is there."""
+    fake = any("fake_quant" in p.code for p in postops)
+    lines = [FAKE_QUANT] if fake else []
     lines += ["FLT4 postop(FLT4 v, int i BUFS_DECL) {", "  int s = (i / (dst_H * dst_W)) % dst_S;"]
     for k, p in enumerate(postops):
         if p.operand is None:
@@ -48,7 +68,20 @@ def postop_helpers(postops: list[PostOp], dst_channels: int) -> str:
             lines.append(f"  {{ FLT4 o = p{k}_read({index}); {p.code} }}")
     lines.append("  return ZERO_PAD(v, s, dst_C);" if dst_channels % 4 else "  return v;")
     lines.append("}")
-    return "\n".join(lines) + "\n"
+    wide = [_widened(p.code) for p in postops] if api == "cl" else [None]
+    if all(c is not None for c in wide):
+        if fake:
+            lines.append(_widened(FAKE_QUANT, strict=False))
+        lines += ["float16 postop16(float16 v, int4 i BUFS_DECL) {", "  int4 s = (i / (dst_H * dst_W)) % dst_S;"]
+        for k, (p, c) in enumerate(zip(postops, wide)):
+            if p.operand is None:
+                lines.append(f"  {c}")
+            else:
+                index = {"tensor": "i.{}", "channel": "s.{}", "scalar": "0"}[p.operand]
+                parts = ", ".join(f"p{k}_read({index.format(lane)})" for lane in "xyzw")
+                lines.append(f"  {{ float16 o = (float16)({parts}); {c} }}")
+        lines += ["  return v;", "}"]
+    return "\n".join(lines) + "\n", all(c is not None for c in wide)
 
 
 def kernel_spec(call: KernelCall, plan: Plan, precision: str,
@@ -77,12 +110,12 @@ def kernel_spec(call: KernelCall, plan: Plan, precision: str,
         else:
             args.append(Arg(f"p{k}", "in", plan.tensors[p.source]))
             binds.append(("t", p.source))
-    postop_arg = None
+    postop_arg, wide = None, False
     if call.postops:
-        helpers = helpers + postop_helpers(call.postops, plan.tensors[call.outputs["dst"]][3])
-        postop_arg = "dst"
+        text, wide = postop_helpers(call.postops, plan.tensors[call.outputs["dst"]][3], api)
+        helpers, postop_arg = helpers + text, "dst"
     spec = KernelSpec(call.kernel, body, args, call.grid, dict(call.defines), helpers=helpers,
-                      precision=precision, local_size=call.local_size, postop_arg=postop_arg)
+                      precision=precision, local_size=call.local_size, postop_arg=postop_arg, wide_postop=wide)
     return spec, binds
 
 

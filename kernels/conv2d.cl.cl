@@ -7,7 +7,6 @@
 // @include conv_wide.inc.cl
 #define SRC_PLANE (src_H * src_W)
 
-// @include conv_finish.inc.cl
 // @body
 int blk = GID_Z % DST_BLOCKS;
 int b = GID_Z / DST_BLOCKS;
@@ -60,14 +59,7 @@ for (int ky = 0; ky < KH; ky++) {
 }
 #pragma unroll
 for (int p = 0; p < BLOCK_X; p++) {
-  int ox = ox0 + p;
-  if (ox < dst_W) {
-#pragma unroll
-    for (int j = 0; j < BLOCK_S; j++) {
-      int os = blk * BLOCK_S + j;
-      if (os < dst_S) {
-        dst_write(dst_idx(b, oy, ox, os), conv_finish(PART(acc[p], j), os BUFS));
-      }
-    }
+  if (ox0 + p < dst_W) {
+    conv_store_wide(acc[p], dst_idx(b, oy, ox0 + p, 0), blk * BLOCK_S BUFS);
   }
 }

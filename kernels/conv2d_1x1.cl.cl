@@ -11,7 +11,6 @@
 #define CHUNK (BLOCK_X < 4 ? BLOCK_X : 4)
 #define DST_PLANE (dst_H * dst_W)
 
-// @include conv_finish.inc.cl
 // @body
 int blk = GID_Z;
 int pb = GID_Y * GRID_X + GID_X;  // this work item's block of pixels
@@ -45,14 +44,7 @@ for (int p0 = pb * BLOCK_X; p0 < (pb + 1) * BLOCK_X; p0 += CHUNK) {
   for (int p = 0; p < CHUNK; p++) {
     int n = p0 + p;
     if (n < dst_B * DST_PLANE) {
-      int o = (n / DST_PLANE) * dst_S * DST_PLANE + n % DST_PLANE;
-#pragma unroll
-      for (int j = 0; j < BLOCK_S; j++) {
-        int os = blk * BLOCK_S + j;
-        if (os < dst_S) {
-          dst_write(o + os * DST_PLANE, conv_finish(PART(acc[p], j), os BUFS));
-        }
-      }
+      conv_store_wide(acc[p], (n / DST_PLANE) * dst_S * DST_PLANE + n % DST_PLANE, blk * BLOCK_S BUFS);
     }
   }
 }

@@ -1,16 +1,53 @@
 // Included by the OpenCL convolutions written with wide vectors (conv2d.cl.cl, conv2d_1x1.cl.cl): the
 // BLOCK_S output slices of a pixel form one float16 (BLOCK_S 4), float8 (2) or float4 (1) accumulator
 // ACCV; ROWS(i) reads the BLOCK_S weight rows from row i on as one such vector; PART(a, j) is slice j.
+// conv_store_wide(v, base, os): bias, fused activation, the output's post-ops and the stores of one pixel's
+// accumulator v, output slices os .. os + BLOCK_S - 1 (those past dst_S left out); base is the pixel's
+// vec4 index at slice 0. At BLOCK_S 4 the post-ops run on the float16 (dst_finish16).
 #if BLOCK_S == 4
 #define ACCV float16
 #define ROWS(i) ((float16)(w_read(i), w_read((i) + 1), w_read((i) + 2), w_read((i) + 3)))
+#define BIAS_ROWS(i) ((float16)(bias_read(i), bias_read((i) + 1), bias_read((i) + 2), bias_read((i) + 3)))
 #define PART(a, j) ((j) == 0 ? (a).s0123 : (j) == 1 ? (a).s4567 : (j) == 2 ? (a).s89ab : (a).scdef)
 #elif BLOCK_S == 2
 #define ACCV float8
 #define ROWS(i) ((float8)(w_read(i), w_read((i) + 1)))
+#define BIAS_ROWS(i) ((float8)(bias_read(i), bias_read((i) + 1)))
 #define PART(a, j) ((j) == 0 ? (a).s0123 : (a).s4567)
 #else
 #define ACCV float4
 #define ROWS(i) w_read(i)
+#define BIAS_ROWS(i) bias_read(i)
 #define PART(a, j) (a)
 #endif
+
+__attribute__((always_inline)) inline ACCV conv_finish_wide(ACCV v, int os BUFS_DECL) {
+#if HAS_BIAS
+  v = v + BIAS_ROWS(os);
+#endif
+#if ACT
+  v = clamp(v, ACT_MIN, ACT_MAX);
+#endif
+  return v;
+}
+
+__attribute__((always_inline)) inline void conv_store_wide(ACCV v, int base, int os BUFS_DECL) {
+  v = conv_finish_wide(v, os BUFS);
+#if BLOCK_S == 4
+  const int plane = dst_H * dst_W;
+  // a slice past dst_S reads its post-op operands at the last slice
+  v = dst_finish16(v, (int4)(base) + min((int4)(os) + (int4)(0, 1, 2, 3), (int4)(dst_S - 1)) * plane BUFS);
+  int o = base + os * plane;
+  dst_store(o, v.s0123);
+  if (os + 1 < dst_S) dst_store(o + plane, v.s4567);
+  if (os + 2 < dst_S) dst_store(o + 2 * plane, v.s89ab);
+  if (os + 3 < dst_S) dst_store(o + 3 * plane, v.scdef);
+#else
+#pragma unroll
+  for (int j = 0; j < BLOCK_S; j++) {
+    if (os + j < dst_S) {
+      dst_write(base + (os + j) * (dst_H * dst_W), PART(v, j));
+    }
+  }
+#endif
+}

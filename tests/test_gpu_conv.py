@@ -162,8 +162,8 @@ def test_conv_and_depthwise(backend):
 
 def test_wide_depthwise(backend):
     """Rows wide enough that depthwise work items lie wholly inside the input (OpenCL takes those 4 pixels at
-    a time, depthwise_conv2d.cl.cl) beside the edge ones: strides 1 and 2, dilation, a 5x5 window, a fused
-    ADD, fp32 and fp16 storage."""
+    a time, depthwise_conv2d.cl.cl) beside the edge ones: strides 1 and 2, dilation, a 5x5 window, fused
+    post-ops on a depthwise and a 1x1 conv (applied to 4 vec4 at once, or one by one), fp32 and fp16 storage."""
     for fp16 in (False, True):
         b = Builder()
         hw = (5, 41)
@@ -176,7 +176,14 @@ def test_wide_depthwise(backend):
         depthwise(b, x, "dw_to_add", 10, hw, 1, 3, 1, "SAME", n=1, output=False)
         y = b.input("y", [1, *hw, 10])
         b.op("ADD", ["dw_to_add", y], "dw_plus_y", [1, *hw, 10])
-        check_float(b, backend, fp16=fp16)
+        # post-ops a wide store applies to 4 vec4 at once (ADD, RELU) and one it takes a vec4 at a time
+        conv(b, x, "c1x1_to_add", 10, hw, 10, (1, 1), 1, "VALID", n=1, output=False)
+        b.op("ADD", [y, "c1x1_to_add"], "y_plus_c1x1", [1, *hw, 10], fused_activation_function="RELU")
+        depthwise(b, x, "dw_to_leaky", 10, hw, 1, 3, 1, "SAME", n=1, output=False)
+        b.op("LEAKY_RELU", ["dw_to_leaky"], "dw_leaky", [1, *hw, 10], alpha=0.3)
+        notes = plan_notes(check_float(b, backend, fp16=fp16))
+        for op in ("(ADD)", "(LEAKY_RELU)"):
+            assert sum(n.startswith("fused") and op in n for n in notes) >= 1, notes
 
 
 def chain(b: Builder) -> None:

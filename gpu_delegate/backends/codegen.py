@@ -92,6 +92,9 @@ class KernelSpec:
     local_size: tuple[int, int, int] | None = None
     #: the out argument whose writes first go through ``FLT4 postop(FLT4 v, int i BUFS_DECL)`` from helpers
     postop_arg: str | None = None
+    #: OpenCL: the helpers also define ``float16 postop16(float16 v, int4 i BUFS_DECL)``, the post-ops of 4
+    #: vec4 at once (else ``t_finish16`` applies ``postop`` a vec4 at a time)
+    wide_postop: bool = False
 
     def __post_init__(self) -> None:
         _check_name(self.name, "kernel name")
@@ -119,7 +122,8 @@ class KernelSpec:
         return arg.precision or self.precision
 
 
-_ARG_SUFFIXES = ("_B", "_H", "_W", "_C", "_S", "_idx", "_read", "_read1", "_write", "_store", "_finish")
+_ARG_SUFFIXES = ("_B", "_H", "_W", "_C", "_S", "_idx", "_read", "_read1", "_read16", "_write", "_store", "_finish",
+                 "_finish16")
 _RESERVED = ("GRID_X", "GRID_Y", "GRID_Z", "GID_X", "GID_Y", "GID_Z", "BUFS", "BUFS_DECL", "FLT4", "INT4",
              "MAKE_FLT4", "MAKE_INT4", "SPLAT", "TO_INT", "TO_FLT", "TO_INT4", "TO_FLT4", "FABS", "RSQRT",
              "FMOD", "FMA", "ROUND", "RINT", "ATAN2", "LT4", "LE4", "GT4", "GE4", "EQ4", "NE4", "SELECT4",
@@ -213,7 +217,8 @@ typedef float16 __attribute__((aligned(16))) float16_at4;
   inline T __attribute__((overloadable)) gd_min(T a, S b) { return gd_min(a, (T)(b)); } \
   inline T __attribute__((overloadable)) gd_max(T a, S b) { return gd_max(a, (T)(b)); } \
   inline T __attribute__((overloadable)) gd_clamp(T x, S lo, S hi) { return gd_clamp(x, (T)(lo), (T)(hi)); }
-GD_MINMAX(int) GD_MINMAX(float) GD_MINMAX_V(int4, int) GD_MINMAX_V(float4, float) GD_MINMAX_V(float16, float)
+GD_MINMAX(int) GD_MINMAX(float) GD_MINMAX_V(int4, int)
+GD_MINMAX_V(float4, float) GD_MINMAX_V(float8, float) GD_MINMAX_V(float16, float)
 #undef GD_MINMAX
 #undef GD_MINMAX_V
 #undef min
@@ -233,13 +238,14 @@ GD_MINMAX(int) GD_MINMAX(float) GD_MINMAX_V(int4, int) GD_MINMAX_V(float4, float
     r = r - a == (T)(-0.5f) ? r + (T)(1.0f) : r; \
     return x < (T)(0.0f) ? -r : r; \
   }
-GD_ROUND(float) GD_ROUND(float4)
+GD_ROUND(float) GD_ROUND(float4) GD_ROUND(float16)
 #undef GD_ROUND
 #define FLT4 float4
 #define INT4 int4
 #define MAKE_FLT4(a, b, c, d) ((float4)((a), (b), (c), (d)))
 #define MAKE_INT4(a, b, c, d) ((int4)((a), (b), (c), (d)))
 #define SPLAT(x) ((float4)(x))
+#define SPLAT16(x) ((float16)(x))
 #define TO_INT(x) ((int)(x))
 #define TO_FLT(x) ((float)(x))
 #define TO_INT4(v) convert_int4(v)
@@ -350,6 +356,8 @@ def _cl_accessors(spec: KernelSpec, a: Arg) -> str:
         write = f"#define {t}_write(i, v) vstore_half4_rte((v), (i), {t}_buf)"
     if a.role == "out":
         lines.append(_wrapped_write(spec, a, write))
+        if not _finishes(spec, a):
+            lines.append(f"#define {t}_store(i, v) {t}_write((i), (v))")
     return "\n".join(lines) + "\n"
 
 
@@ -373,6 +381,39 @@ def _finisher_prototypes(spec: KernelSpec) -> str:
     return "".join(f"FLT4 {a.name}_finish(FLT4 v, int i BUFS_DECL);\n" for a in spec.args if _finishes(spec, a))
 
 
+def _cl_wide_finishers(spec: KernelSpec, prototypes: bool = False) -> str:
+    """OpenCL: ``float16 t_finish16(float16 v, int4 i BUFS_DECL)`` per out argument, what ``t_write`` does
+    before it stores, for 4 vec4 at indices i.x .. i.w at once; a wide kernel stores the parts with
+    ``t_store``. Every index must lie inside the tensor (a post-op operand is read there)."""
+    out = []
+    for a in spec.args:
+        if a.role != "out":
+            continue
+        t = a.name
+        if not _finishes(spec, a):
+            if prototypes:  # a macro, so that a kernel's index arithmetic for it is dead code
+                out.append(f"#define {t}_finish16(v, ...) (v)\n")
+            continue
+        head = f"__attribute__((always_inline)) inline float16 {t}_finish16(float16 v, int4 i BUFS_DECL)"
+        if prototypes:
+            out.append(head + ";\n")
+            continue
+        parts = ("s0123", "s4567", "s89ab", "scdef")
+        if spec.postop_arg == t and spec.wide_postop:
+            body = "v = postop16(v, i BUFS); "
+            if a.shape is not None and a.shape[3] % 4:
+                s4 = f"(i / ({t}_H * {t}_W)) % {t}_S"
+                body += (f"int4 s = {s4}; return (float16)(" + ", ".join(
+                    f"ZERO_PAD(v.{p}, s.{c}, {t}_C)" for p, c in zip(parts, "xyzw")) + ");")
+            else:
+                body += "return v;"
+        else:
+            body = "return (float16)(" + ", ".join(
+                f"{t}_finish(v.{p}, i.{c} BUFS)" for p, c in zip(parts, "xyzw")) + ");"
+        out.append(f"{head} {{ {body} }}\n")
+    return "".join(out)
+
+
 def _finishers(spec: KernelSpec) -> str:
     out = []
     for a in spec.args:
@@ -393,9 +434,9 @@ def opencl_source(spec: KernelSpec) -> str:
     parts += [_cl_accessors(spec, a) for a in spec.args]
     parts.append("#define BUFS_DECL " + "".join(f", {p}" for p in params) + "\n")
     parts.append("#define BUFS " + "".join(f", {a.name}_buf" for a in spec.args) + "\n")
-    parts.append(_finisher_prototypes(spec))
+    parts.append(_finisher_prototypes(spec) + _cl_wide_finishers(spec, prototypes=True))
     parts.append(spec.helpers.rstrip() + "\n" if spec.helpers.strip() else "")
-    parts.append(_finishers(spec))
+    parts.append(_finishers(spec) + _cl_wide_finishers(spec))
     parts.append(
         f"__kernel void {spec.name}({', '.join(params) if params else 'void'}) {{\n"
         "  const int GID_X = get_global_id(0);\n"
