@@ -160,10 +160,11 @@ def test_conv_and_depthwise(backend):
     check_float(b, backend)
 
 
-def test_wide_depthwise(backend):
-    """Rows wide enough that depthwise work items lie wholly inside the input (OpenCL takes those 4 pixels at
-    a time, depthwise_conv2d.cl.cl) beside the edge ones: strides 1 and 2, dilation, a 5x5 window, fused
-    post-ops on a depthwise and a 1x1 conv (applied to 4 vec4 at once, or one by one), fp32 and fp16 storage."""
+def test_wide_rows(backend):
+    """Rows wide enough that work items lie wholly inside the input (OpenCL's depthwise takes those 4 pixels
+    at a time, its conv2d drops masks and clamps there) beside the edge ones: strides 1 and 2, dilation, a
+    5x5 window, 10 input channels (a partial last slice), fused post-ops on a depthwise and a 1x1 conv
+    (applied to 4 vec4 at once, or one by one), fp32 and fp16 storage."""
     for fp16 in (False, True):
         b = Builder()
         hw = (5, 41)
@@ -173,6 +174,8 @@ def test_wide_depthwise(backend):
         depthwise(b, x, "dw3x3_s2_valid_nobias", 10, hw, 1, 3, 2, "VALID", bias=False, n=1)
         depthwise(b, x, "dw3x3_dilated", 10, hw, 1, 3, 1, "SAME", dilation=2, n=1)
         depthwise(b, x, "dw5x5_valid", 10, hw, 1, 5, 1, "VALID", n=1)
+        conv(b, x, "c3x3_s2_same", 10, hw, 7, (3, 3), 2, "SAME", n=1)
+        conv(b, x, "c3x3_valid_relu6", 10, hw, 9, (3, 3), 1, "VALID", act="RELU6", n=1)
         depthwise(b, x, "dw_to_add", 10, hw, 1, 3, 1, "SAME", n=1, output=False)
         y = b.input("y", [1, *hw, 10])
         b.op("ADD", ["dw_to_add", y], "dw_plus_y", [1, *hw, 10])
