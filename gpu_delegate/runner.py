@@ -27,12 +27,12 @@ TUNE_SECONDS = 20.0
 
 
 # Quantize then dequantize, (clamp(round(v / scale) + zp, qmin, qmax) - zp) * scale, written as
-# round(clamp(v * (1 / scale), qmin - zp, qmax - zp)) * scale: the bounds are integers, so clamping before
-# rounding gives the same integer, and a multiply costs a fraction of a divide (this runs on every value
-# of every int8 op). 1 / scale moves v / scale by at most an ulp, far below the float emulation's own
+# round(clamp(v * (1 / scale), qmin - zp, qmax - zp)) * scale (QROUND): the bounds are integers, so clamping
+# before rounding gives the same integer, and a multiply costs a fraction of a divide (this runs on every
+# value of every int8 op). 1 / scale moves v / scale by at most an ulp, far below the float emulation's own
 # error against TFLite's integer kernels.
 FAKE_QUANT = """FLT4 fake_quant(FLT4 v, float inv_scale, float scale, float lo, float hi) {
-  return ROUND(clamp(v * SPLAT(inv_scale), SPLAT(lo), SPLAT(hi))) * SPLAT(scale);
+  return QROUND(v * SPLAT(inv_scale), lo, hi) * SPLAT(scale);
 }
 """
 
