@@ -264,15 +264,19 @@ class GpuKernel(DelegateKernel):
         if self.runner is None:
             raise DelegateError("GpuKernel.invoke before prepare")
         graph = self.graph
-        feeds = {}
+        feeds, codes = {}, {}
         for t in self.inputs:
             x = tensors[t]
             tensor = graph.tensors[t]
             if tensor.quant is not None and x.dtype.kind in "iu":
+                if x.dtype in (np.int8, np.uint8) and not tensor.quant.per_channel:
+                    codes[t] = tensor.quant.scalar()  # dequantized on the device
+                    feeds[t] = x
+                    continue
                 x = dequantize(x, tensor.quant.scale, tensor.quant.zero_point)
             feeds[t] = np.asarray(x, np.float32)
         with self.delegate.lock:
-            results = self.runner.run(feeds)
+            results = self.runner.run(feeds, codes)
         for t in self.outputs:
             tensor = graph.tensors[t]
             y = results[t]

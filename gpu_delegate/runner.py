@@ -271,10 +271,13 @@ class PlanRunner:
     def tensor_buffer(self, t: int):
         return self.buffers[self.plan.buffer_of[self.plan.storage(t)]]
 
-    def run(self, feeds: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
-        plan, backend = self.plan, self.backend
+    def run(self, feeds: dict[int, np.ndarray], codes: dict[int, tuple[float, int]] | None = None
+            ) -> dict[int, np.ndarray]:
+        """Outputs (float32) from inputs: float arrays, or int8/uint8 codes for the tensors ``codes`` gives
+        (scale, zero_point) of."""
+        plan, backend, codes = self.plan, self.backend, codes or {}
         for t in plan.inputs:
-            backend.to_device(feeds[t], self.tensor_buffer(t), plan.tensors[t])
+            backend.to_device(feeds[t], self.tensor_buffer(t), plan.tensors[t], codes.get(t))
         backend.dispatch_bound(self.bound)
         return {t: backend.from_device(self.tensor_buffer(t), plan.tensors[t]) for t in plan.outputs}
 

@@ -103,6 +103,23 @@ def test_round_trip_float16_arrays(backend):
     np.testing.assert_array_equal(back, x)
 
 
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+@pytest.mark.parametrize(("dtype", "scale", "zero_point"), [(np.int8, 0.0173, -5), (np.uint8, 0.5, 128)])
+def test_quantized_codes_to_device(backend, precision, dtype, scale, zero_point):
+    """to_device of int8/uint8 codes with (scale, zero_point) stores scale * (q - zero_point), rounded as float32,
+    whether the backend dequantizes on the device (OpenCL) or on the host; a count of values that is no multiple
+    of 4 leaves a partial last word of codes."""
+    shape = (2, 3, 5, 7)
+    info = np.iinfo(dtype)
+    q = np.random.default_rng(3).integers(info.min, info.max + 1, shape).astype(dtype)
+    t = backend.alloc(2 * 2 * 3 * 5, precision)
+    backend.to_device(q, t, shape, quant=(scale, zero_point))
+    want = ((q.astype(np.float64) - zero_point) * np.float64(np.float32(scale))).astype(np.float32)
+    np.testing.assert_array_equal(backend.from_device(t, shape), want if precision == "fp32" else f16(want))
+    with pytest.raises(ValueError, match="int8 or uint8"):
+        backend.to_device(q.astype(np.int16), t, shape, quant=(scale, zero_point))
+
+
 @pytest.mark.parametrize("local_size", [(4, 4, 2), None])
 def test_grid_not_a_multiple_of_the_local_size(backend, local_size):
     grid = (7, 5, 3)

@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from ..cpu.quant import dequantize
 from ..errors import DelegateError
 from . import codegen
 from .codegen import Arg, KernelSpec
@@ -377,13 +378,22 @@ class Backend(ABC):
 
     # -- BHWC <-> PHWC4 at partition boundaries, on the device ---------------------------------------------
 
-    def to_device(self, array: np.ndarray, tensor: Buffer, shape: tuple[int, int, int, int]) -> None:
+    def to_device(self, array: np.ndarray, tensor: Buffer, shape: tuple[int, int, int, int],
+                  quant: tuple[float, int] | None = None) -> None:
         """Store a dense BHWC array (float32, or float16 kept as such on the way) into the PHWC4
-        ``tensor`` of that ``shape``: upload into a raw staging buffer and convert on the device."""
+        ``tensor`` of that ``shape``: upload into a raw staging buffer and convert on the device.
+        With ``quant`` = (scale, zero_point), ``array`` holds int8 or uint8 codes of the values
+        scale * (q - zero_point): dequantized on the device where the backend can (a quarter of the
+        bytes to upload, no pass over them on the host), else on the host first."""
         shape = _bhwc(shape)
         array = np.asarray(array)
         if array.size != math.prod(shape):
             raise ValueError(f"an array of shape {array.shape} does not fill a tensor of shape {shape}")
+        if quant is not None:
+            if array.dtype not in (np.int8, np.uint8):
+                raise ValueError(f"quantized codes are int8 or uint8, not {array.dtype}")
+            self._on_device(self._convert_in_codes, array, tensor, shape, float(quant[0]), int(quant[1]))
+            return
         raw_precision = "fp16" if array.dtype == np.float16 else "fp32"
         self._on_device(self._convert_in, array, tensor, shape, raw_precision)
 
@@ -403,6 +413,11 @@ class Backend(ABC):
         raw = self._staging_buffer(math.ceil(math.prod(shape) / 4), raw_precision)
         self.upload(raw, array)
         self.dispatch_all([(program, [raw, tensor])])
+
+    def _convert_in_codes(self, codes: np.ndarray, tensor: Buffer, shape: tuple, scale: float,
+                          zero_point: int) -> None:
+        """to_device of quantized codes; a backend with a kernel for it overrides this."""
+        self._convert_in(dequantize(codes, scale, zero_point), tensor, shape, "fp32")
 
     def _convert_out(self, tensor: Buffer, shape: tuple, raw_precision: str) -> np.ndarray:
         program = self._conversion("convert_from_phwc4", shape, tensor.precision, raw_precision)

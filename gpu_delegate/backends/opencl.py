@@ -7,6 +7,8 @@ loops; no math-relaxing flag is used, so results match the GL backend and the nu
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import threading
 import warnings
 from collections.abc import Callable
@@ -17,7 +19,7 @@ import pyopencl as cl
 
 from ..errors import DelegateError
 from . import codegen
-from .base import Backend, Program, numbered
+from .base import Backend, Buffer, Program, conversion_spec, numbered
 from .codegen import KernelSpec
 
 T = TypeVar("T")
@@ -172,6 +174,23 @@ class OpenCLBackend(Backend):
 
     def _bound_name(self, call: Any) -> str:
         return call[0]
+
+    def _convert_in_codes(self, codes: np.ndarray, tensor: Buffer, shape: tuple, scale: float,
+                          zero_point: int) -> None:
+        # the codes go up as raw bytes (a float4 staging buffer of a quarter of the vec4s) and
+        # convert_codes_to_phwc4.cl.cl reads them as chars
+        n = codes.size
+        raw = self._staging_buffer(math.ceil(n / 16), "fp32")
+        self._write(raw.handle, np.ascontiguousarray(codes).reshape(-1))
+        key = ("convert_codes_to_phwc4", shape, tensor.precision, codes.dtype.str, scale, zero_point)
+        if key not in self._convert:
+            spec = conversion_spec("convert_to_phwc4", shape, tensor.precision, "fp32")
+            code = "char" if codes.dtype == np.int8 else "uchar"
+            spec = dataclasses.replace(spec, name="convert_codes_to_phwc4",
+                                       body=codegen.load_kernel("convert_codes_to_phwc4", self.name)[1],
+                                       defines={"SCALE": scale, "ZERO_POINT": zero_point, "CODE": code})
+            self._convert[key] = self.compile(spec)
+        self.dispatch_all([(self._convert[key], [raw, tensor])])
 
     def _elapsed_ns(self, token: Any) -> int:
         return int(token.profile.end - token.profile.start)
