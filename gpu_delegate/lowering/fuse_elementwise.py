@@ -46,7 +46,7 @@ def fake_quant_postop(view: PartitionView, t: int, node: int) -> PostOp | None:
         return None
     info = np.iinfo(dtype)
     scale, zp = q.scalar()
-    args = [literal(x) for x in (1.0 / float(scale), float(scale), float(info.min - zp), float(info.max - zp))]
+    args = [literal(x) for x in (float(scale), float(info.min - zp), float(info.max - zp))]
     return PostOp(f"v = fake_quant(v, {', '.join(args)});", node=node)
 
 
