@@ -183,6 +183,21 @@ o_write(K * i + 17, i % 2 == 0 ? clamp(a, -1.0f, 1.0f) : b);
 """
 
 
+def test_qround(backend):
+    """QROUND(x, lo, hi) is C round() of x clamped to [lo, hi] (a NaN gives lo on OpenCL; GLSL leaves clamp of a
+    NaN undefined): halves away from zero, in and out of range."""
+    x = np.array([-300.0, -5.5, -2.5, -0.5, -0.49, 0.0, 0.5, 1.5, 2.5, 3.4999998, 99.5, 1e9, 7.25, -0.75, 126.5,
+                  np.nan if backend.name == "cl" else 1.0], np.float32)
+    lo, hi = -128.0, 127.0
+    spec = KernelSpec("qround", "o_write(GID_X, QROUND(x_read(GID_X), LO, HI));", [Arg("x", "in"), Arg("o", "out")],
+                      (4, 1, 1), {"LO": lo, "HI": hi})
+    xb, ob = backend.alloc(4), backend.alloc(4)
+    backend.upload(xb, x)
+    backend.compile(spec)([xb, ob])
+    c = np.clip(np.nan_to_num(x.astype(np.float64), nan=lo), lo, hi)
+    np.testing.assert_array_equal(backend.download(ob), (np.sign(c) * np.floor(np.abs(c) + 0.5)).astype(np.float32))
+
+
 def test_dialect_functions(backend):
     e = np.float32(2.0**-12)
     a = np.array([[5.5, -5.5, 7.0, -7.25], [0.5, 1.5, 2.5, -2.5], [0.49999997, -0.5, 3.0, 1e9],

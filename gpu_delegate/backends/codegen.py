@@ -246,11 +246,20 @@ GD_ROUND(float) GD_ROUND(float4) GD_ROUND(float16)
 // the fake-quant step of every int8 op. Truncating x + copysign(0.5, x) is C round() except within an ulp
 // below a half (where x + 0.5 rounds up first), far inside the float emulation's own error against TFLite's
 // integer kernels; it takes 7 vector instructions where clamp and gd_round take about 20.
+// (Conversions through clang's __builtin_convertvector where the compiler has it: PoCL calls convert_T.)
+#if defined(__has_builtin)
+#if __has_builtin(__builtin_convertvector)
+#define GD_CONVERT(x, T) __builtin_convertvector((x), T)
+#endif
+#endif
+#ifndef GD_CONVERT
+#define GD_CONVERT(x, T) convert_##T(x)
+#endif
 #define GD_QROUND(T, I, U) inline T __attribute__((overloadable)) gd_qround(T x, float lo, float hi) { \
     x = x >= (T)(lo) ? x : (T)(lo); \
     x = x <= (T)(hi) ? x : (T)(hi); \
     T h = as_##T((as_##U(x) & (U)(0x80000000u)) | (U)(0x3f000000u)); \
-    return __builtin_convertvector(__builtin_convertvector(x + h, I), T); \
+    return GD_CONVERT(GD_CONVERT(x + h, I), T); \
   }
 GD_QROUND(float4, int4, uint4) GD_QROUND(float16, int16, uint16)
 #undef GD_QROUND
