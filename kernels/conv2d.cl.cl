@@ -50,7 +50,7 @@ __attribute__((always_inline)) inline void conv_block(int b, int blk, int oy, in
         wi += 4 * BLOCK_S;
 #pragma unroll
         for (int p = 0; p < BLOCK_X; p++) {
-          int i = base[p] + 4 * s * SRC_PLANE;
+          long i = (long)base[p] + (long)(4 * SRC_PLANE) * s;  // 64-bit: no sign extension per load
           float m = mask[p];
           acc[p] = FMA((ACCV)(src_read1(i) * m), w0, acc[p]);
           if (LANE_USED(s, 1)) acc[p] = FMA((ACCV)(src_read1(i + 1) * m), w1, acc[p]);

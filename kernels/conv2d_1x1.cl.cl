@@ -33,7 +33,7 @@ for (int p0 = pb * BLOCK_X; p0 < (pb + 1) * BLOCK_X; p0 += CHUNK) {
     wi += 4 * BLOCK_S;
 #pragma unroll
     for (int p = 0; p < CHUNK; p++) {
-      int i = base[p] + 4 * s * SRC_PLANE;
+      long i = (long)base[p] + (long)(4 * SRC_PLANE) * s;  // 64-bit: no sign extension per load
       acc[p] = FMA((ACCV)(src_read1(i)), w0, acc[p]);
       acc[p] = FMA((ACCV)(src_read1(i + 1)), w1, acc[p]);
       acc[p] = FMA((ACCV)(src_read1(i + 2)), w2, acc[p]);
