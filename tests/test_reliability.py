@@ -383,18 +383,18 @@ def test_a_failed_invoke_leaves_the_interpreter_usable(backend, monkeypatch):
     monkeypatch.setattr(op, "run_cpu", real)
     x = make_input(9)
     check(run(it, x), x, "after a CPU kernel raised")
-    # the GPU failing in the middle of a dispatch
+    # the GPU failing in the middle of a dispatch: at the plan's second kernel
     be = d.backend
-    real_launch = be._launch
+    real_launch = be._launch_bound
     calls = []
 
-    def flaky(program, handles):
-        calls.append(program.name)
+    def flaky(call):
+        calls.append(be._bound_name(call))
         if len(calls) == 2:
             raise gd.DelegateError("device lost (simulated)")
-        return real_launch(program, handles)
+        return real_launch(call)
 
-    monkeypatch.setattr(be, "_launch", flaky)
+    monkeypatch.setattr(be, "_launch_bound", flaky)
     with pytest.raises(gd.DelegateError, match="simulated"):
         run(it, x)
     x = make_input(10)
