@@ -7,8 +7,9 @@ processes hits all alike), the median latency of:
   cl, gl            gpu_delegate.Interpreter + GpuDelegate(backend=...)
   cl tuned          the same with inference_preference="sustained_speed" (work-group sizes tuned at start)
 Reported: ratio to LiteRT, achieved GFLOP/s (2 x the model's MACs per invoke), GL against CL, and the
-per-invoke overhead outside the kernels: (invoke - the plan's kernels alone) / invoke, where "kernels alone"
-is the same bound dispatches enqueued back to back and waited for, timed in the same rounds.
+per-invoke overhead outside the kernels: the median over invokes of (invoke - the plan's kernels alone) / invoke,
+where "kernels alone" is the same bound dispatches enqueued back to back and waited for, timed right after each
+invoke (pairs, so that a noisy host's slow and fast moments do not land on one side only).
 
     python bench/speed.py [--models DIR] [--rounds 7] [--runs 5] [--backends cl,cl-tuned,gl] [--only v1_224_fp32,...]
                           [--output_json F]
@@ -78,18 +79,19 @@ def bench_model(path: Path, backends: list[str], rounds: int, runs: int) -> list
         it.invoke()
         it.invoke()
     times: dict[str, list[float]] = {name: [] for name in its}
-    alone: dict[str, list[float]] = {name: [] for name in its}
+    shares: dict[str, list[float]] = {name: [] for name in its}  # per invoke: (invoke - kernels alone) / invoke
     names = list(its)
     for r in range(rounds):
         for name in names[r % len(names):] + names[:r % len(names)]:
             it = its[name]
+            runner = runner_of(it)
             for _ in range(runs):
                 t0 = time.perf_counter()
                 it.invoke()
-                times[name].append(time.perf_counter() - t0)
-            runner = runner_of(it)
-            if runner is not None:
-                alone[name] += [kernels_alone(runner) for _ in range(runs)]
+                t = time.perf_counter() - t0
+                times[name].append(t)
+                if runner is not None:  # paired with the invoke just before: the same state of a noisy host
+                    shares[name].append((t - kernels_alone(runner)) / t)
     ref = [its["LiteRT"].get_tensor(d["index"]) for d in its["LiteRT"].get_output_details()]
     base = float(np.median(times["LiteRT"]))
     rows = []
@@ -97,7 +99,7 @@ def bench_model(path: Path, backends: list[str], rounds: int, runs: int) -> list
         ms = float(np.median(times[name]))
         outs = [it.get_tensor(d["index"]) for d in it.get_output_details()]
         err = max(float(np.max(np.abs(o.astype(np.float64) - r.astype(np.float64)))) for o, r in zip(outs, ref))
-        overhead = (ms - float(np.median(alone[name]))) / ms if alone[name] else None
+        overhead = float(np.median(shares[name])) if shares[name] else None
         nodes = [o["backend"] for o in it.get_ops_details()] if hasattr(it, "get_ops_details") and name != "LiteRT" \
             else []
         rows.append({"model": path.stem, "backend": name, "median_ms": ms * 1e3, "ratio_to_litert": ms / base,
