@@ -78,23 +78,6 @@ PROBE_AT = (0.0, 0.125, 0.25, 0.5, 0.75)
 
 # -- inputs and LiteRT's references --------------------------------------------------------------------------------
 
-def random_inputs(details: list[dict], seed: int) -> list[np.ndarray]:
-    """Seeded inputs that exercise a model: normal floats, integers over their range (at most +-1000)."""
-    rng = np.random.default_rng(seed)
-    out = []
-    for d in details:
-        dt = np.dtype(d["dtype"])
-        shape = tuple(int(s) for s in d["shape"])
-        if dt.kind == "f":
-            out.append(rng.standard_normal(shape).astype(dt))
-        elif dt == np.bool_:
-            out.append(rng.integers(0, 2, shape).astype(bool))
-        else:
-            info = np.iinfo(dt)
-            out.append(rng.integers(max(info.min, -1000), min(info.max, 1000) + 1, shape).astype(dt))
-    return out
-
-
 def litert_run(content: bytes, inputs: list[np.ndarray], keep_all: bool) -> tuple[list[np.ndarray], dict]:
     """(outputs, {tensor name: (index, value)}) from LiteRT: keep_all runs its BUILTIN kernels with every tensor
     kept, otherwise its default interpreter (and the dict is empty)."""
@@ -460,6 +443,7 @@ def main(argv: list[str] | None = None) -> int:
         os.environ.update(POCL_CACHE_DIR=f"{tmp.name}/pocl", MESA_SHADER_CACHE_DIR=f"{tmp.name}/mesa",
                           PYOPENCL_CACHE_DIR=f"{tmp.name}/pyopencl", XDG_CACHE_HOME=f"{tmp.name}/xdg")
     import gpu_delegate as gd
+    from gpu_delegate import cli
 
     started = time.perf_counter()
     load = {"start": os.getloadavg()}
@@ -476,7 +460,9 @@ def main(argv: list[str] | None = None) -> int:
         content = (folder / f"{name}.tflite").read_bytes()
         flavour = name.rsplit("_", 1)[1]
         version = int(name.split("_")[1][1:])
-        inputs = random_inputs(gd.Interpreter(model_content=content).get_input_details(), args.seed)
+        rng = np.random.default_rng(args.seed)
+        inputs = [cli.random_input(d["shape"], d["dtype"], rng)
+                  for d in gd.Interpreter(model_content=content).get_input_details()]
         outputs, _ = litert_run(content, inputs, keep_all=False)
         builtin_outputs, tensors = litert_run(content, inputs, keep_all=True)
         ref = {"outputs": outputs, "builtin_outputs": builtin_outputs, "tensors": tensors}

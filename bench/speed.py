@@ -58,20 +58,13 @@ def kernels_alone(runner) -> float:
 
 def bench_model(path: Path, backends: list[str], rounds: int, runs: int) -> list[dict]:
     import gpu_delegate as gd
+    from gpu_delegate import cli
 
     its = make_interpreters(path, backends)
     graph = gd.Interpreter(model_path=str(path)).graph
     macs = gd.GpuDelegate(backend="cl").partition_weight(graph.nodes, graph)
     rng = np.random.default_rng(0)
-    details = its["LiteRT"].get_input_details()
-    inputs = []
-    for d in details:
-        dt = np.dtype(d["dtype"])
-        if dt.kind == "f":
-            inputs.append(rng.standard_normal(tuple(d["shape"])).astype(dt))
-        else:
-            info = np.iinfo(dt)
-            inputs.append(rng.integers(info.min, info.max + 1, tuple(d["shape"])).astype(dt))
+    inputs = [cli.random_input(d["shape"], d["dtype"], rng) for d in its["LiteRT"].get_input_details()]
     for it in its.values():
         it.allocate_tensors()
         for d, x in zip(it.get_input_details(), inputs):

@@ -69,7 +69,8 @@ def postop_helpers(postops: list[PostOp], dst_channels: int, api: str | None = N
     lines.append("  return ZERO_PAD(v, s, dst_C);" if dst_channels % 4 else "  return v;")
     lines.append("}")
     wide = [_widened(p.code) for p in postops] if api == "cl" else [None]
-    if all(c is not None for c in wide):
+    has_wide = all(c is not None for c in wide)
+    if has_wide:
         if fake:
             lines.append(_widened(FAKE_QUANT, strict=False))
         lines += ["float16 postop16(float16 v, int4 i BUFS_DECL) {", "  int4 s = (i / (dst_H * dst_W)) % dst_S;"]
@@ -81,7 +82,7 @@ def postop_helpers(postops: list[PostOp], dst_channels: int, api: str | None = N
                 parts = ", ".join(f"p{k}_read({index.format(lane)})" for lane in "xyzw")
                 lines.append(f"  {{ float16 o = (float16)({parts}); {c} }}")
         lines += ["  return v;", "}"]
-    return "\n".join(lines) + "\n", all(c is not None for c in wide)
+    return "\n".join(lines) + "\n", has_wide
 
 
 def kernel_spec(call: KernelCall, plan: Plan, precision: str,

@@ -153,20 +153,20 @@ class OpenCLBackend(Backend):
             cl.enqueue_copy(self.queue, out, handle, is_blocking=True)
         return out
 
-    def _launch(self, program: Program, handles: list[Any]) -> Any:
-        local = program.local_size
+    @staticmethod
+    def _global_size(program: Program) -> tuple[int, ...]:
         # OpenCL 1.2 wants the global size to be a multiple of the local size; the body's bounds check
         # skips the extra items
-        size = tuple(-(-g // lsz) * lsz for g, lsz in zip(program.spec.grid, local))
-        return program.handle[1](self.queue, size, local, *handles)
+        return tuple(-(-g // lsz) * lsz for g, lsz in zip(program.spec.grid, program.local_size))
+
+    def _launch(self, program: Program, handles: list[Any]) -> Any:
+        return program.handle[1](self.queue, self._global_size(program), program.local_size, *handles)
 
     def _bind(self, program: Program, handles: list[Any]) -> Any:
         # a kernel object of its own per call, its arguments set once: an enqueue is then one driver call
         kernel = cl.Kernel(program.handle[0], program.name)
         kernel.set_args(*handles)
-        local = program.local_size
-        size = tuple(-(-g // lsz) * lsz for g, lsz in zip(program.spec.grid, local))
-        return program.name, kernel, size, local
+        return program.name, kernel, self._global_size(program), program.local_size
 
     def _launch_bound(self, call: Any) -> Any:
         _, kernel, size, local = call
