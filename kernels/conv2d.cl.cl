@@ -4,17 +4,10 @@
 // scalar and broadcast, so a step is one wide multiply-add. Measured on PoCL, MobileNet's first layer
 // (3x3 stride 2, 3 -> 32 channels, 224x224): about twice the speed of the float4 version.
 // A work item whose taps all lie inside the input runs without masks or clamped indices (they cost that
-// layer a third of its time), and the zero lanes of a partial last input slice are skipped.
+// layer a third of its time).
 
 // @include conv_wide.inc.cl
 #define SRC_PLANE (src_H * src_W)
-
-// LANE_USED(s, k): input channel 4 s + k exists (always, when the channels fill whole slices)
-#if src_C % 4 == 0
-#define LANE_USED(s, k) 1
-#else
-#define LANE_USED(s, k) (4 * (s) + (k) < src_C)
-#endif
 
 // inside: every tap of the work item lies inside the input. Both call sites pass a constant and get their
 // own inlined copy.
@@ -42,20 +35,11 @@ __attribute__((always_inline)) inline void conv_block(int b, int blk, int oy, in
         }
       }
       int wi = ((blk * KH + ky) * KW + kx) * src_S * 4 * BLOCK_S;
-      for (int s = 0; s < src_S; s++) {
-        ACCV w0 = ROWS(wi);
-        ACCV w1 = ROWS(wi + BLOCK_S);
-        ACCV w2 = ROWS(wi + 2 * BLOCK_S);
-        ACCV w3 = ROWS(wi + 3 * BLOCK_S);
-        wi += 4 * BLOCK_S;
+      for (int s = 0; s < src_S; s++, wi += 4 * BLOCK_S) {
 #pragma unroll
         for (int p = 0; p < BLOCK_X; p++) {
           long i = (long)base[p] + (long)(4 * SRC_PLANE) * s;  // 64-bit: no sign extension per load
-          float m = mask[p];
-          acc[p] = FMA((ACCV)(src_read1(i) * m), w0, acc[p]);
-          if (LANE_USED(s, 1)) acc[p] = FMA((ACCV)(src_read1(i + 1) * m), w1, acc[p]);
-          if (LANE_USED(s, 2)) acc[p] = FMA((ACCV)(src_read1(i + 2) * m), w2, acc[p]);
-          if (LANE_USED(s, 3)) acc[p] = FMA((ACCV)(src_read1(i + 3) * m), w3, acc[p]);
+          acc[p] = wide_step(acc[p], i, mask[p], s, wi BUFS);
         }
       }
     }

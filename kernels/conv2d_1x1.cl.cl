@@ -25,19 +25,11 @@ for (int p0 = pb * BLOCK_X; p0 < (pb + 1) * BLOCK_X; p0 += CHUNK) {
     base[p] = 4 * ((n / SRC_PLANE) * src_S * SRC_PLANE + n % SRC_PLANE);
   }
   int wi = blk * src_S * 4 * BLOCK_S;
-  for (int s = 0; s < src_S; s++) {
-    ACCV w0 = ROWS(wi);
-    ACCV w1 = ROWS(wi + BLOCK_S);
-    ACCV w2 = ROWS(wi + 2 * BLOCK_S);
-    ACCV w3 = ROWS(wi + 3 * BLOCK_S);
-    wi += 4 * BLOCK_S;
+  for (int s = 0; s < src_S; s++, wi += 4 * BLOCK_S) {
 #pragma unroll
     for (int p = 0; p < CHUNK; p++) {
       long i = (long)base[p] + (long)(4 * SRC_PLANE) * s;  // 64-bit: no sign extension per load
-      acc[p] = FMA((ACCV)(src_read1(i)), w0, acc[p]);
-      acc[p] = FMA((ACCV)(src_read1(i + 1)), w1, acc[p]);
-      acc[p] = FMA((ACCV)(src_read1(i + 2)), w2, acc[p]);
-      acc[p] = FMA((ACCV)(src_read1(i + 3)), w3, acc[p]);
+      acc[p] = wide_step(acc[p], i, 1.0f, s, wi BUFS);
     }
   }
 #pragma unroll

@@ -1,6 +1,9 @@
 // Included by the OpenCL convolutions written with wide vectors (conv2d.cl.cl, conv2d_1x1.cl.cl): the
 // BLOCK_S output slices of a pixel form one float16 (BLOCK_S 4), float8 (2) or float4 (1) accumulator
 // ACCV; ROWS(i) reads the BLOCK_S weight rows from row i on as one such vector; PART(a, j) is slice j.
+// wide_step(acc, i, m, s, wi): acc plus input slice s of one pixel (its 4 floats from float index i on, times
+// m) against the weight rows of those 4 input channels from row wi on; lanes past src_C (zero in a partial
+// last slice) are skipped. The weight rows are read per call: the compiler keeps one load for all pixels.
 // conv_store_wide(v, base, os): bias, fused activation, the output's post-ops and the stores of one pixel's
 // accumulator v, output slices os .. os + BLOCK_S - 1 (those past dst_S left out); base is the pixel's
 // vec4 index at slice 0. At BLOCK_S 4 the post-ops run on the float16 (dst_finish16).
@@ -20,6 +23,21 @@
 #define BIAS_ROWS(i) bias_read(i)
 #define PART(a, j) (a)
 #endif
+
+// LANE_USED(s, k): input channel 4 s + k exists (always, when the channels fill whole slices)
+#if src_C % 4 == 0
+#define LANE_USED(s, k) 1
+#else
+#define LANE_USED(s, k) (4 * (s) + (k) < src_C)
+#endif
+
+__attribute__((always_inline)) inline ACCV wide_step(ACCV acc, long i, float m, int s, int wi BUFS_DECL) {
+  acc = FMA((ACCV)(src_read1(i) * m), ROWS(wi), acc);
+  if (LANE_USED(s, 1)) acc = FMA((ACCV)(src_read1(i + 1) * m), ROWS(wi + BLOCK_S), acc);
+  if (LANE_USED(s, 2)) acc = FMA((ACCV)(src_read1(i + 2) * m), ROWS(wi + 2 * BLOCK_S), acc);
+  if (LANE_USED(s, 3)) acc = FMA((ACCV)(src_read1(i + 3) * m), ROWS(wi + 3 * BLOCK_S), acc);
+  return acc;
+}
 
 __attribute__((always_inline)) inline ACCV conv_finish_wide(ACCV v, int os BUFS_DECL) {
 #if HAS_BIAS
