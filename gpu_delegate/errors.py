@@ -10,3 +10,9 @@ class ModelError(ValueError):
 
 class DelegateError(RuntimeError):
     """A GPU backend could not be created, compile a kernel, or run a partition."""
+
+
+# What a kernel, shape rule or support check raises when it trips over a malformed node or data the loader could
+# not rule out. Callers turn these into a ModelError naming the node (never a bare traceback from inside a kernel).
+KERNEL_FAULTS: tuple[type[Exception], ...] = (ValueError, IndexError, KeyError, ZeroDivisionError, TypeError,
+                                              AttributeError, OverflowError)

@@ -10,7 +10,7 @@ import numpy as np
 
 from .cpu.quant import dequantize, quantize
 from .delegate import DelegateKernel, SimpleDelegate
-from .errors import DelegateError, ModelError
+from .errors import KERNEL_FAULTS, DelegateError, ModelError
 from .graph import Graph, Node
 from .lowering.plan import bhwc, vec4_count
 from .ops import get_op
@@ -69,9 +69,9 @@ class GpuDelegate(SimpleDelegate):
             # gpu_support and lower assume a well-formed node; a malformed one stays on the CPU path,
             # whose own check then refuses the model with a ModelError naming the node
             try:
+                op.check_version(node)
                 op.check(node, graph)
-            except (ModelError, ValueError, IndexError, KeyError, TypeError, AttributeError, ZeroDivisionError,
-                    OverflowError) as e:
+            except (ModelError, *KERNEL_FAULTS) as e:
                 return f"malformed node ({type(e).__name__}: {e})"
         if op is None or getattr(op, "lower", None) is None:
             if node.op in FOLDED_ON_CONSTANTS and all(t < 0 or graph.tensors[t].data is not None
@@ -113,8 +113,7 @@ class GpuDelegate(SimpleDelegate):
                 return f"tensor {tensor.name!r} is {tensor.dtype}; the GPU path computes in float"
         try:
             verdict = op.gpu_support(node, graph)
-        except (ModelError, ValueError, IndexError, KeyError, TypeError, AttributeError, ZeroDivisionError,
-                OverflowError) as e:
+        except (ModelError, *KERNEL_FAULTS) as e:
             log.warning("GpuDelegate: %s: gpu_support failed (%s: %s); the node stays on the CPU", node,
                         type(e).__name__, e)
             return f"gpu_support failed ({type(e).__name__}: {e})"
@@ -297,7 +296,7 @@ class GpuKernel(DelegateKernel):
                 outs = get_op(node.op).run_cpu(node, graph, ins)
             except ModelError:
                 raise
-            except (ValueError, IndexError, ZeroDivisionError, TypeError, AttributeError, OverflowError) as e:
+            except KERNEL_FAULTS as e:
                 raise ModelError(f"{node} cannot run: {type(e).__name__}: {e}") from None
             for t, v in zip(node.outputs, outs):
                 values[t] = np.asarray(v, graph.tensors[t].dtype)

@@ -15,7 +15,7 @@ import numba
 import numpy as np
 
 from .delegate import SimpleDelegate
-from .errors import ModelError
+from .errors import KERNEL_FAULTS, ModelError
 from .graph import Graph, Model, Tensor
 from .ops.base import get_op
 from .partition import Partition, schedule, select_partitions
@@ -100,10 +100,11 @@ class Interpreter:
                 raise ModelError(f"{self._source}: {node} uses op {node.op}, which no kernel implements"
                                  + (f" and no delegate took ({why_not[node.index]})" if node.index in why_not else ""))
             try:
+                op.check_version(node)
                 op.check(node, graph)
             except ModelError:
                 raise
-            except (ValueError, IndexError, ZeroDivisionError, TypeError, AttributeError, OverflowError) as e:
+            except KERNEL_FAULTS as e:
                 # a check tripping over a malformed node (say an omitted required input): name the node
                 raise ModelError(f"{self._source}: {node} is malformed: {type(e).__name__}: {e}") from None
         if self._delegates:
@@ -189,7 +190,7 @@ class Interpreter:
                     continue
                 except ModelError:
                     raise
-                except (ValueError, IndexError, ZeroDivisionError, TypeError, AttributeError, OverflowError) as e:
+                except KERNEL_FAULTS as e:
                     raise ModelError(f"{self._source}: {node}: cannot infer output shapes "
                                      f"({type(e).__name__}: {e})") from None
                 for t, s in zip(node.outputs, out):
@@ -294,7 +295,7 @@ class Interpreter:
                     outs = op.run_cpu(node, graph, ins)
                 except ModelError:
                     raise
-                except (ValueError, IndexError, ZeroDivisionError, TypeError, AttributeError, OverflowError) as e:
+                except KERNEL_FAULTS as e:
                     # a kernel tripping over shapes or values the loader could not rule out: say where
                     raise ModelError(f"{self._source}: {node} cannot run: {type(e).__name__}: {e}") from None
                 for t, v in zip(node.outputs, outs):

@@ -29,6 +29,16 @@ REGISTRY: dict[str, type[Op]] = {}
 class Op:
     name: ClassVar[str] = ""
     aliases: ClassVar[tuple[str, ...]] = ()
+    # The newest op version (operator_codes[].version) this class implements, as TFLite's op resolver
+    # registers it; None: not yet audited, every version is accepted.
+    max_version: ClassVar[int | None] = None
+
+    @classmethod
+    def check_version(cls, node: Node) -> None:
+        """Refuse a node whose op version is newer than what this class implements."""
+        if cls.max_version is not None and node.version > cls.max_version:
+            raise ModelError(f"{node}: op version {node.version} is not supported (this kernel implements "
+                             f"versions 1 to {cls.max_version})")
 
     @staticmethod
     def check(node: Node, graph: Graph) -> None:
