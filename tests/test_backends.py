@@ -398,17 +398,42 @@ def test_missing_devices_raise_delegate_error(monkeypatch):
         create_backend("vulkan")
 
 
-def test_load_kernel_splits_helpers_and_prefers_the_api_file(tmp_path, monkeypatch):
+@pytest.fixture
+def kernel_dir(tmp_path, monkeypatch):
+    """An empty kernels/ folder (one subfolder per language) in place of the project's."""
     from gpu_delegate.backends import codegen
 
+    for language in codegen.LANGUAGES:
+        (tmp_path / language).mkdir()
     monkeypatch.setattr(codegen, "_KERNEL_DIRS", (tmp_path,))
-    (tmp_path / "k.cl").write_text("float h(float v) { return v; }\n// @body\ny_write(0, SPLAT(h(1.0f)));\n")
-    (tmp_path / "k.gl.cl").write_text("y_write(0, vec4(1.0));\n")
+    codegen.kernel_text.cache_clear()
+    yield tmp_path
+    codegen.kernel_text.cache_clear()
+
+
+def test_load_kernel_splits_helpers_and_reads_the_language_asked(kernel_dir):
+    from gpu_delegate.backends import codegen
+
+    (kernel_dir / "dialect" / "k.dialect").write_text(
+        "float h(float v) { return v; }\n// @body\ny_write(0, SPLAT(h(1.0f)));\n")
+    (kernel_dir / "glsl" / "k.glsl").write_text("y_write(0, vec4(1.0));\n")
     assert codegen.load_kernel("k") == ("float h(float v) { return v; }\n", "y_write(0, SPLAT(h(1.0f)));\n")
-    assert codegen.load_kernel("k", "cl") == codegen.load_kernel("k")
-    assert codegen.load_kernel("k", "gl") == ("", "y_write(0, vec4(1.0));\n")
-    with pytest.raises(FileNotFoundError, match="nothing.cl"):
+    assert codegen.load_kernel("k", "glsl") == ("", "y_write(0, vec4(1.0));\n")
+    with pytest.raises(FileNotFoundError, match="opencl/k.cl"):
+        codegen.load_kernel("k", "opencl")  # no silent fallback to the dialect's file
+    with pytest.raises(FileNotFoundError, match="dialect/nothing.dialect"):
         codegen.load_kernel("nothing")
+    with pytest.raises(ValueError, match="kernel language"):
+        codegen.load_kernel("k", "cuda")
+
+
+def test_kernel_call_runs_its_variant_only_where_asked():
+    from gpu_delegate.lowering.plan import KernelCall
+
+    call = KernelCall("conv2d", 0, {}, {}, {}, {}, (1, 1, 1), variants={"opencl": "conv2d_wide"})
+    assert call.source("opencl") == ("opencl", "conv2d_wide")
+    assert call.source("glsl") == ("dialect", "conv2d")
+    assert call.source(None) == ("dialect", "conv2d")
 
 
 def test_auto_picks_a_working_backend():
@@ -420,19 +445,23 @@ def test_auto_picks_a_working_backend():
     assert be.name in ("cl", "gl")
 
 
-def test_kernel_includes(tmp_path, monkeypatch):
-    """``// @include FILE`` lines expand (nested), above or below ``// @body``; a missing file or a cycle is
-    an error naming the line."""
+def test_kernel_includes(kernel_dir):
+    """``// @include FOLDER/FILE`` lines expand (nested), above or below ``// @body``; a missing file, a cycle,
+    or a file of a language the includer cannot compile is an error naming the line."""
     from gpu_delegate.backends import codegen
 
-    (tmp_path / "a.inc.cl").write_text("#define A 1\n// @include b.inc.cl\n")
-    (tmp_path / "b.inc.cl").write_text("#define B 2\n")
-    (tmp_path / "k.cl").write_text("// @include a.inc.cl\n// @body\nx = A + B;\n")
-    (tmp_path / "loop.inc.cl").write_text("// @include loop.inc.cl\n")
-    (tmp_path / "bad.cl").write_text("// @include nowhere.inc.cl\n")
-    (tmp_path / "cycle.cl").write_text("// @include loop.inc.cl\n")
-    monkeypatch.setattr(codegen, "_KERNEL_DIRS", (tmp_path,))
+    d, cl = kernel_dir / "dialect", kernel_dir / "opencl"
+    (d / "a.inc.dialect").write_text("#define A 1\n// @include dialect/b.inc.dialect\n")
+    (d / "b.inc.dialect").write_text("#define B 2\n")
+    (d / "k.dialect").write_text("// @include dialect/a.inc.dialect\n// @body\nx = A + B;\n")
+    (d / "loop.inc.dialect").write_text("// @include dialect/loop.inc.dialect\n")
+    (d / "bad.dialect").write_text("// @include dialect/nowhere.inc.dialect\n")
+    (d / "cycle.dialect").write_text("// @include dialect/loop.inc.dialect\n")
+    (cl / "wide.inc.cl").write_text("#define W 16\n")
+    (d / "api.dialect").write_text("// @include opencl/wide.inc.cl\n")  # GL could not compile this
+    (cl / "k.cl").write_text("// @include opencl/wide.inc.cl\n// @include dialect/a.inc.dialect\n// @body\nx = W;\n")
     assert codegen.load_kernel("k") == ("#define A 1\n#define B 2\n", "x = A + B;\n")
-    for name in ("bad", "cycle"):
+    assert codegen.load_kernel("k", "opencl") == ("#define W 16\n#define A 1\n#define B 2\n", "x = W;\n")
+    for name in ("bad", "cycle", "api"):
         with pytest.raises(FileNotFoundError, match="kernel include"):
             codegen.load_kernel(name)

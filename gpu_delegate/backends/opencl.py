@@ -178,7 +178,7 @@ class OpenCLBackend(Backend):
     def _convert_in_codes(self, codes: np.ndarray, tensor: Buffer, shape: tuple, scale: float,
                           zero_point: int) -> None:
         # the codes go up as raw bytes (a float4 staging buffer of a quarter of the vec4s) and
-        # convert_codes_to_phwc4.cl.cl reads them as chars
+        # kernels/opencl/convert_codes_to_phwc4.cl reads them as chars
         n = codes.size
         raw = self._staging_buffer(math.ceil(n / 16), "fp32")
         self._write(raw.handle, np.ascontiguousarray(codes).reshape(-1))
@@ -187,7 +187,7 @@ class OpenCLBackend(Backend):
             spec = conversion_spec("convert_to_phwc4", shape, tensor.precision, "fp32")
             code = "char" if codes.dtype == np.int8 else "uchar"
             spec = dataclasses.replace(spec, name="convert_codes_to_phwc4",
-                                       body=codegen.load_kernel("convert_codes_to_phwc4", self.name)[1],
+                                       body=codegen.load_kernel("convert_codes_to_phwc4", "opencl")[1],
                                        defines={"SCALE": scale, "ZERO_POINT": zero_point, "CODE": code})
             self._convert[key] = self.compile(spec)
         self.dispatch_all([(self._convert[key], [raw, tensor])])

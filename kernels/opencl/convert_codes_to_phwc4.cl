@@ -1,6 +1,6 @@
 // Dense BHWC int8 (CODE char) or uint8 (CODE uchar) codes, uploaded as raw bytes into `src`, -> the PHWC4
 // float tensor `dst` of their values SCALE * (q - ZERO_POINT): to_device of a quantized model input, so
-// the host neither dequantizes nor uploads 4 bytes a value. Same grid as convert_to_phwc4.cl.
+// the host neither dequantizes nor uploads 4 bytes a value. Same grid as dialect/convert_to_phwc4.dialect.
 // The product is rounded once, as the host's float64 product of the same float32 operands would be.
 // @body
 __global const CODE* codes = (__global const CODE*)src_buf;

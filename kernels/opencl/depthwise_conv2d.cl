@@ -1,12 +1,12 @@
-// OpenCL's depthwise_conv2d.cl (same defines, weights and grid). A work item takes its BLOCK_X pixels 4 at
+// OpenCL's version of dialect/depthwise_conv2d.dialect (same defines, weights and grid). A work item takes its BLOCK_X pixels 4 at
 // a time as one float16 (4 pixels x 4 channels), so a tap of 4 pixels is one wide multiply-add: at stride 1
 // its 4 input columns are adjacent and one float16 load; at stride 2 they are the even columns of two
 // loads. On PoCL a 56x56x144 3x3 layer ran at 12 GB/s with one float4 per pixel: each pixel's arithmetic,
 // not memory, was the bound. Work items with a column outside the input, depth multipliers and other
-// strides take the plain work item (depthwise.inc.cl); gathering an edge's columns into the wide path
+// strides take the plain work item (dialect/depthwise.inc.dialect); gathering an edge's columns into the wide path
 // instead measured no faster.
 
-// @include depthwise.inc.cl
+// @include dialect/depthwise.inc.dialect
 #define WIDE (MULT == 1 && BLOCK_X % 4 == 0 && (SW == 1 || SW == 2))
 // the last column a work item reads, counted from its first; the stride-2 loads read one past the last tap
 #define LAST_COL (SW == 1 ? BLOCK_X - 1 + (KW - 1) * DW : 2 * (BLOCK_X - 1) + (KW - 1) * DW + 1)

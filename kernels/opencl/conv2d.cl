@@ -1,4 +1,4 @@
-// OpenCL's conv2d.cl (same defines, weight layout and grid; see there), written as conv2d_1x1.cl.cl is:
+// OpenCL's version of dialect/conv2d.dialect (same defines, weight layout and grid; see there), written as opencl/conv2d_1x1.cl is:
 // the BLOCK_S output slices of a pixel form one float16 (BLOCK_S 4), float8 (2) or float4 (1) accumulator,
 // the BLOCK_S weight rows of an input channel one vector of that width, and an input value is read as a
 // scalar and broadcast, so a step is one wide multiply-add. Measured on PoCL, MobileNet's first layer
@@ -6,7 +6,7 @@
 // A work item whose taps all lie inside the input runs without masks or clamped indices (they cost that
 // layer a third of its time).
 
-// @include conv_wide.inc.cl
+// @include opencl/conv_wide.inc.cl
 #define SRC_PLANE (src_H * src_W)
 
 // inside: every tap of the work item lies inside the input. Both call sites pass a constant and get their

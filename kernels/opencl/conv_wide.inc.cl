@@ -1,4 +1,4 @@
-// Included by the OpenCL convolutions written with wide vectors (conv2d.cl.cl, conv2d_1x1.cl.cl): the
+// Included by the OpenCL convolutions written with wide vectors (conv2d.cl, conv2d_1x1.cl): the
 // BLOCK_S output slices of a pixel form one float16 (BLOCK_S 4), float8 (2) or float4 (1) accumulator
 // ACCV; ROWS(i) reads the BLOCK_S weight rows from row i on as one such vector; PART(a, j) is slice j.
 // wide_step(acc, i, m, s, wi): acc plus input slice s of one pixel (its 4 floats from float index i on, times

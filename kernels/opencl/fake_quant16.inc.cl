@@ -1,0 +1,4 @@
+// dialect/fake_quant.inc.dialect for 4 vec4 at once (the wide kernels' post-ops).
+float16 fake_quant16(float16 v, float scale, float lo, float hi) {
+  return QROUND(v / SPLAT16(scale), lo, hi) * SPLAT16(scale);
+}

@@ -1,0 +1,100 @@
+// The OpenCL side of the dialect (kernels/README.md): what every OpenCL program starts with.
+// Plain arithmetic is never contracted into fma (GLSL ES 3.1 cannot fuse it either); FMA() fuses
+// where the device has a fused multiply-add. FMA() is a product and a sum compiled with contraction on,
+// not fma(): PoCL 3.0 (LLVM 14) calls a software fma() (a 1x1 conv ran at 10 GFLOP/s), while a contracted
+// product and sum becomes the hardware instruction (156 GFLOP/s), and does on a GPU's compiler too.
+#pragma OPENCL FP_CONTRACT ON
+#define FMA_OF(T) inline T __attribute__((overloadable)) FMA(T a, T b, T c) { return a * b + c; }
+FMA_OF(float) FMA_OF(float2) FMA_OF(float4) FMA_OF(float8) FMA_OF(float16)
+#undef FMA_OF
+#pragma OPENCL FP_CONTRACT OFF
+// T_read16(i) (OpenCL-only kernels): the 4 vec4 from index i on as one float16. A float16 is 64-byte
+// aligned by default, a vec4 index only 16: the load goes through this type of vec4 alignment.
+typedef float16 __attribute__((aligned(16))) float16_at4;
+// PoCL 3.0 as pip ships it links min, max, clamp and select as calls, never inlined: a depthwise 3x3 made
+// 60 calls per work item. These inline versions keep the built-ins' meaning (min/max as fmin/fmax: a NaN
+// operand yields the other one; select by the mask's sign bit for vectors, by non-zero for scalars).
+// clamp's bounds are never NaN here (constants and indices), so it is one max and one min instruction
+// (a NaN x still gives lo) instead of fmax/fmin's NaN tests, 8 instructions a vector.
+#define GD_MINMAX(T) \
+  inline T __attribute__((overloadable)) gd_min(T a, T b) { return (b < a || a != a) ? b : a; } \
+  inline T __attribute__((overloadable)) gd_max(T a, T b) { return (a < b || a != a) ? b : a; } \
+  inline T __attribute__((overloadable)) gd_clamp(T x, T lo, T hi) { x = x > lo ? x : lo; return x < hi ? x : hi; }
+#define GD_MINMAX_V(T, S) GD_MINMAX(T) \
+  inline T __attribute__((overloadable)) gd_min(T a, S b) { return gd_min(a, (T)(b)); } \
+  inline T __attribute__((overloadable)) gd_max(T a, S b) { return gd_max(a, (T)(b)); } \
+  inline T __attribute__((overloadable)) gd_clamp(T x, S lo, S hi) { return gd_clamp(x, (T)(lo), (T)(hi)); }
+GD_MINMAX(int) GD_MINMAX(float) GD_MINMAX_V(int4, int)
+GD_MINMAX_V(float4, float) GD_MINMAX_V(float8, float) GD_MINMAX_V(float16, float)
+#undef GD_MINMAX
+#undef GD_MINMAX_V
+#undef min
+#undef max
+#undef clamp
+#undef select
+#define min(a, b) gd_min((a), (b))
+#define max(a, b) gd_max((a), (b))
+#define clamp(x, lo, hi) gd_clamp((x), (lo), (hi))
+#define select(a, b, c) ((c) ? (b) : (a))
+// C round() (halves away from zero), inline for the same reason: the fake-quant step after every int8 op
+// calls it on every value. Below 2^23, adding and subtracting 2^23 rounds to nearest even (exact; nothing
+// is contracted here); a tie that went down is then moved up.
+#define GD_ROUND(T) inline T __attribute__((overloadable)) gd_round(T x) { \
+    T a = x < (T)(0.0f) ? -x : x; \
+    T r = a < (T)(8388608.0f) ? (a + (T)(8388608.0f)) - (T)(8388608.0f) : a; \
+    r = r - a == (T)(-0.5f) ? r + (T)(1.0f) : r; \
+    return x < (T)(0.0f) ? -r : r; \
+  }
+GD_ROUND(float) GD_ROUND(float4) GD_ROUND(float16)
+#undef GD_ROUND
+// QROUND(x, lo, hi) = ROUND(clamp(x, lo, hi)) for integer bounds below 2^22 in magnitude, a NaN giving lo:
+// the fake-quant step of every int8 op. Truncating x + copysign(0.5, x) is C round() except within an ulp
+// below a half (where x + 0.5 rounds up first), far inside the float emulation's own error against TFLite's
+// integer kernels; it takes 7 vector instructions where clamp and gd_round take about 20.
+// (Conversions through clang's __builtin_convertvector where the compiler has it: PoCL calls convert_T.)
+#if defined(__has_builtin)
+#if __has_builtin(__builtin_convertvector)
+#define GD_CONVERT(x, T) __builtin_convertvector((x), T)
+#endif
+#endif
+#ifndef GD_CONVERT
+#define GD_CONVERT(x, T) convert_##T(x)
+#endif
+#define GD_QROUND(T, I, U) inline T __attribute__((overloadable)) gd_qround(T x, float lo, float hi) { \
+    x = x >= (T)(lo) ? x : (T)(lo); \
+    x = x <= (T)(hi) ? x : (T)(hi); \
+    T h = as_##T((as_##U(x) & (U)(0x80000000u)) | (U)(0x3f000000u)); \
+    return GD_CONVERT(GD_CONVERT(x + h, I), T); \
+  }
+GD_QROUND(float4, int4, uint4) GD_QROUND(float16, int16, uint16)
+#undef GD_QROUND
+#define FLT4 float4
+#define INT4 int4
+#define MAKE_FLT4(a, b, c, d) ((float4)((a), (b), (c), (d)))
+#define MAKE_INT4(a, b, c, d) ((int4)((a), (b), (c), (d)))
+#define SPLAT(x) ((float4)(x))
+#define SPLAT16(x) ((float16)(x))
+#define TO_INT(x) ((int)(x))
+#define TO_FLT(x) ((float)(x))
+#define TO_INT4(v) convert_int4(v)
+#define TO_FLT4(v) convert_float4(v)
+#define FABS(x) fabs(x)
+#define RSQRT(x) rsqrt(x)
+#define FMOD(x, y) fmod((x), (y))
+#define ROUND(x) gd_round(x)
+#define QROUND(x, lo, hi) gd_qround((x), (lo), (hi))
+#define RINT(x) rint(x)
+#define ATAN2(y, x) atan2((y), (x))
+#define INF_F INFINITY
+#define NAN_F NAN
+float4 LT4(float4 a, float4 b) { return select((float4)(0.0f), (float4)(1.0f), a < b); }
+float4 LE4(float4 a, float4 b) { return select((float4)(0.0f), (float4)(1.0f), a <= b); }
+float4 GT4(float4 a, float4 b) { return select((float4)(0.0f), (float4)(1.0f), a > b); }
+float4 GE4(float4 a, float4 b) { return select((float4)(0.0f), (float4)(1.0f), a >= b); }
+float4 EQ4(float4 a, float4 b) { return select((float4)(0.0f), (float4)(1.0f), a == b); }
+float4 NE4(float4 a, float4 b) { return select((float4)(0.0f), (float4)(1.0f), a != b); }
+float4 SELECT4(float4 f, float4 t, float4 m) { return select(f, t, m != (float4)(0.0f)); }
+float LANE(float4 v, int k) { return k == 0 ? v.x : k == 1 ? v.y : k == 2 ? v.z : v.w; }
+float4 ZERO_PAD(float4 v, int s, int c) {
+  return select(v, (float4)(0.0f), (int4)(4 * s) + (int4)(0, 1, 2, 3) >= (int4)(c));
+}
