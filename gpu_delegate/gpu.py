@@ -11,14 +11,14 @@ import numpy as np
 from .cpu.quant import dequantize, quantize
 from .delegate import DelegateKernel, SimpleDelegate
 from .errors import KERNEL_FAULTS, DelegateError, ModelError
-from .graph import Graph, Node
-from .lowering.plan import bhwc, vec4_count
+from .graph import FOLDED_ON_CONSTANTS, Graph, Node
+from .phwc4 import bhwc, slices, vec4_count
 from .ops import get_op
+from .ops.base import run_node
 
 log = logging.getLogger("gpu_delegate")
 
 BACKENDS = ("auto", "cl", "gl")
-FOLDED_ON_CONSTANTS = {"DEQUANTIZE", "DENSIFY"}
 MAX_RANK = 4
 
 
@@ -73,14 +73,11 @@ class GpuDelegate(SimpleDelegate):
                 op.check(node, graph)
             except (ModelError, *KERNEL_FAULTS) as e:
                 return f"malformed node ({type(e).__name__}: {e})"
-        if op is None or getattr(op, "lower", None) is None:
-            if node.op in FOLDED_ON_CONSTANTS and all(t < 0 or graph.tensors[t].data is not None
-                                                      for t in node.inputs):
-                return True
+        if graph.folds_to_constant(node):
+            return True  # computed once at preparation (lowering/fold_constants.py)
+        if op is None or not op.has_gpu_kernel():
             return f"op {node.op} has no GPU kernel"
-        if node.op in FOLDED_ON_CONSTANTS and all(t < 0 or graph.tensors[t].data is not None for t in node.inputs):
-            return True
-        if node.op not in FOLDED_ON_CONSTANTS and all(t < 0 or _constant_like(graph, t) for t in node.inputs):
+        if node.op not in FOLDED_ON_CONSTANTS and all(t < 0 or graph.constant_like(t) for t in node.inputs):
             # lowerings read their data input from a device buffer, which nothing fills for a constant
             # (the fuzzer found LOGISTIC, FULLY_CONNECTED, CONV_2D of constants computing on zeros); the
             # folded DEQUANTIZE/DENSIFY chains are computed once at preparation instead
@@ -93,7 +90,7 @@ class GpuDelegate(SimpleDelegate):
             if q is not None and not (np.all(np.isfinite(q.scale)) and np.all(q.scale > 0)):
                 # scale 0 makes dequantized constants (say, gather indices) all zero on the GPU path
                 return f"tensor {tensor.name!r} has a degenerate quantization scale {q.scale[:4].tolist()}"
-            too_big = self._exceeds_device(tensor.shape, grid=not _constant_like(graph, t))
+            too_big = self._exceeds_device(tensor.shape, grid=not graph.constant_like(t))
             if too_big:
                 return f"tensor {tensor.name!r} is too large for the device: {too_big}"
             if tensor.data is not None:
@@ -133,7 +130,7 @@ class GpuDelegate(SimpleDelegate):
             return f"{nbytes / 2**20:.0f} MiB, one buffer may hold {info['max_buffer_bytes'] / 2**20:.0f} MiB"
         if not grid:  # weights are read by index, never dispatched over
             return ""
-        work, limit = (w, h, b * -(-c // 4)), info["max_dispatch_groups"]
+        work, limit = (w, h, b * slices(c)), info["max_dispatch_groups"]
         if any(g > m for g, m in zip(work, limit)):
             return f"a dispatch grid of {work} exceeds the device's {tuple(limit)}"
         return ""
@@ -147,17 +144,6 @@ class GpuDelegate(SimpleDelegate):
 
     def create_kernel(self) -> GpuKernel:
         return GpuKernel(self)
-
-
-def _constant_like(graph: Graph, t: int) -> bool:
-    """A constant, or the output of a DEQUANTIZE/DENSIFY of constants (folded at preparation)."""
-    if graph.tensors[t].data is not None:
-        return True
-    producer = graph.producers().get(t)
-    if producer is None:
-        return False
-    node = graph.nodes[producer]
-    return node.op in FOLDED_ON_CONSTANTS and all(i < 0 or graph.tensors[i].data is not None for i in node.inputs)
 
 
 def _create_backend(requested: str, profile: bool):
@@ -292,14 +278,8 @@ class GpuKernel(DelegateKernel):
             node = graph.nodes[n]
             ins = [None if t < 0 else values[t] if t in values else graph.tensors[t].data
                    if graph.tensors[t].data is not None else tensors[t] for t in node.inputs]
-            try:
-                outs = get_op(node.op).run_cpu(node, graph, ins)
-            except ModelError:
-                raise
-            except KERNEL_FAULTS as e:
-                raise ModelError(f"{node} cannot run: {type(e).__name__}: {e}") from None
-            for t, v in zip(node.outputs, outs):
-                values[t] = np.asarray(v, graph.tensors[t].dtype)
+            for t, v in zip(node.outputs, run_node(node, graph, ins)):
+                values[t] = v
         for t in self.outputs:
             tensors[t] = values[t]
 

@@ -7,13 +7,21 @@ so an op module reads ``node.attrs["stride_w"]`` and nothing else about flatbuff
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 import numpy as np
+
+T = TypeVar("T")
 
 # Enum values of the schema that op code compares against.
 PADDING_SAME, PADDING_VALID = 0, 1
 ACT_NONE, ACT_RELU, ACT_RELU_N1_TO_1, ACT_RELU6, ACT_TANH, ACT_SIGN_BIT = 0, 1, 2, 3, 4, 5
+
+# Ops that, on constant inputs, give the same value at every invoke and are computed once at preparation
+# (fp16 and sparse weights go through them): their outputs count as constants wherever weights must be.
+FOLDED_ON_CONSTANTS = frozenset({"DEQUANTIZE", "DENSIFY"})
 
 
 @dataclass
@@ -83,8 +91,34 @@ class Graph:
     model_digest: str = ""  # SHA-256 of the file this graph was read from
 
     def producers(self) -> dict[int, int]:
-        """tensor index -> index of the node that writes it."""
-        return {t: n.index for n in self.nodes for t in n.outputs}
+        """tensor index -> index of the node that writes it (computed once: a graph's structure is fixed
+        after it is read)."""
+        cached: dict[int, int] | None = self.__dict__.get("_producers")
+        if cached is None:
+            cached = self.__dict__["_producers"] = {t: n.index for n in self.nodes for t in n.outputs}
+        return cached
+
+    def prepared(self, key: tuple, make: Callable[[], T]) -> T:
+        """``make()``, memoized on the graph under ``key``: a value derived from constants (dequantized weights,
+        re-laid-out filters, requantization tables) is computed once per graph."""
+        cache: dict[tuple, Any] = self.__dict__.setdefault("_prepared", {})
+        if key not in cache:
+            cache[key] = make()
+        return cache[key]
+
+    def folds_to_constant(self, node: Node) -> bool:
+        """Whether ``node`` is a FOLDED_ON_CONSTANTS op whose inputs are all constants."""
+        return node.op in FOLDED_ON_CONSTANTS and all(t < 0 or self.tensors[t].data is not None for t in node.inputs)
+
+    def constant_like(self, t: int) -> bool:
+        """Whether tensor ``t`` is a constant, or the output of a DEQUANTIZE / DENSIFY of constants (the same
+        value at every invoke)."""
+        if t < 0:
+            return False
+        if self.tensors[t].data is not None:
+            return True
+        producer = self.producers().get(t)
+        return producer is not None and self.folds_to_constant(self.nodes[producer])
 
     def consumers(self) -> dict[int, list[int]]:
         """tensor index -> indices of the nodes that read it, in execution order."""

@@ -17,7 +17,7 @@ import numpy as np
 from .delegate import SimpleDelegate
 from .errors import KERNEL_FAULTS, ModelError
 from .graph import Graph, Model, Tensor
-from .ops.base import get_op
+from .ops.base import get_op, run_node
 from .partition import Partition, schedule, select_partitions
 from .tflite.reader import read_model
 
@@ -285,21 +285,13 @@ class Interpreter:
                     step.kernel.invoke(_TensorView(values))
                     continue
                 node = graph.nodes[step]
-                op = get_op(node.op)
                 ins = [values[t] if t >= 0 else None for t in node.inputs]
                 for t, v in zip(node.inputs, ins):
                     if t >= 0 and v is None:
                         raise ModelError(f"{self._source}: {node} reads tensor {t} "
                                          f"({graph.tensors[t].name!r}) which nothing has written")
-                try:
-                    outs = op.run_cpu(node, graph, ins)
-                except ModelError:
-                    raise
-                except KERNEL_FAULTS as e:
-                    # a kernel tripping over shapes or values the loader could not rule out: say where
-                    raise ModelError(f"{self._source}: {node} cannot run: {type(e).__name__}: {e}") from None
-                for t, v in zip(node.outputs, outs):
-                    values[t] = np.asarray(v, graph.tensors[t].dtype)
+                for t, v in zip(node.outputs, run_node(node, graph, ins, self._source)):
+                    values[t] = v
 
     # -- signatures -------------------------------------------------------------------------------------
     def get_signature_list(self) -> dict[str, dict[str, list[str]]]:

@@ -6,17 +6,17 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import logging
-import re
 import time
 
 import numpy as np
 
 from .backends.base import device_fingerprint, local_size_candidates
-from .backends.codegen import Arg, KernelSpec, load_kernel
+from .backends.codegen import API_LANGUAGE, Arg, KernelSpec, load_kernel, render_postops
 from .cache import fingerprint, partition_parts
 from .errors import DelegateError
-from .lowering import build_plan
-from .lowering.plan import KernelCall, Plan, PostOp
+from .lowering.pipeline import build_plan
+from .ops import get_op
+from .lowering.plan import KernelCall, Plan
 
 log = logging.getLogger("gpu_delegate")
 
@@ -26,70 +26,13 @@ log = logging.getLogger("gpu_delegate")
 TUNE_SECONDS = 20.0
 
 
-# Quantize then dequantize, (clamp(round(v / scale) + zp, qmin, qmax) - zp) * scale, written as
-# round(clamp(v / scale, qmin - zp, qmax - zp)) * scale (QROUND): the bounds are integers, so clamping before
-# rounding gives the same integer. v / scale stays a division: requantizing between scales of a simple ratio
-# (0.05 -> 0.04) lands on exact halves, which a multiply by an inexact 1 / scale moves off (2.4% of a
-# CONCATENATION's values then differed by a step from the formula with the division).
-FAKE_QUANT = """FLT4 fake_quant(FLT4 v, float scale, float lo, float hi) {
-  return QROUND(v / SPLAT(scale), lo, hi) * SPLAT(scale);
-}
-"""
-
-
-# Identifiers a post-op's code may use to be applied to a float16 as well (4 vec4 at once): each means the
-# same for a float16 (the OpenCL prelude defines SPLAT16 and the float16 min/max/clamp/ROUND).
-_WIDE_NAMES = {"FLT4": "float16", "SPLAT": "SPLAT16", "fake_quant": "fake_quant16", "a": "a", "b": "b", "v": "v",
-               "o": "o", "max": "max", "min": "min", "clamp": "clamp", "INF_F": "INF_F"}
-_TOKEN = re.compile(r"(?P<number>(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?f?)|(?P<name>[A-Za-z_]\w*)")
-
-
-def _widened(code: str, strict: bool = True) -> str | None:
-    """``code`` with every name in _WIDE_NAMES replaced by its float16 form; None if ``strict`` and it uses
-    any other name (it may not mean the same for a float16)."""
-    names = [m.group("name") for m in _TOKEN.finditer(code) if m.group("name")]
-    if strict and any(n not in _WIDE_NAMES for n in names):
-        return None
-    return _TOKEN.sub(lambda m: _WIDE_NAMES.get(m.group("name"), m.group(0)) if m.group("name") else m.group(0), code)
-
-
-def postop_helpers(postops: list[PostOp], dst_channels: int, api: str | None = None) -> tuple[str, bool]:
-    """``FLT4 postop(FLT4 v, int i)``: the fused chain applied to a result at linear PHWC4 index i; for
-    OpenCL, when every step allows, also ``float16 postop16(float16 v, int4 i)`` for 4 results at once
-    (the wide kernels' stores). Returns the text and whether the wide form is there."""
-    fake = any("fake_quant" in p.code for p in postops)
-    lines = [FAKE_QUANT] if fake else []
-    lines += ["FLT4 postop(FLT4 v, int i BUFS_DECL) {", "  int s = (i / (dst_H * dst_W)) % dst_S;"]
-    for k, p in enumerate(postops):
-        if p.operand is None:
-            lines.append(f"  {p.code}")
-        else:
-            index = {"tensor": "i", "channel": "s", "scalar": "0"}[p.operand]
-            lines.append(f"  {{ FLT4 o = p{k}_read({index}); {p.code} }}")
-    lines.append("  return ZERO_PAD(v, s, dst_C);" if dst_channels % 4 else "  return v;")
-    lines.append("}")
-    wide = [_widened(p.code) for p in postops] if api == "cl" else [None]
-    has_wide = all(c is not None for c in wide)
-    if has_wide:
-        if fake:
-            lines.append(_widened(FAKE_QUANT, strict=False))
-        lines += ["float16 postop16(float16 v, int4 i BUFS_DECL) {", "  int4 s = (i / (dst_H * dst_W)) % dst_S;"]
-        for k, (p, c) in enumerate(zip(postops, wide)):
-            if p.operand is None:
-                lines.append(f"  {c}")
-            else:
-                index = {"tensor": "i.{}", "channel": "s.{}", "scalar": "0"}[p.operand]
-                parts = ", ".join(f"p{k}_read({index.format(lane)})" for lane in "xyzw")
-                lines.append(f"  {{ float16 o = (float16)({parts}); {c} }}")
-        lines += ["  return v;", "}"]
-    return "\n".join(lines) + "\n", has_wide
-
-
 def kernel_spec(call: KernelCall, plan: Plan, precision: str,
                 api: str | None = None) -> tuple[KernelSpec, list[tuple[str, int | str]]]:
     """The KernelSpec of a call and, in argument order, what each argument binds: ("t", tensor) or
-    ("c", const key). With ``api``, a kernel file written for that API alone takes precedence."""
-    file_helpers, body = load_kernel(call.kernel, api)
+    ("c", const key). With ``api``, the call's own kernel for that API, if it has one, runs instead."""
+    language = API_LANGUAGE.get(api) if api else None
+    source_language, name = call.source(language)
+    file_helpers, body = load_kernel(name, source_language)
     helpers = call.helpers + file_helpers
     args: list[Arg] = []
     binds: list[tuple[str, int | str]] = []
@@ -103,17 +46,15 @@ def kernel_spec(call: KernelCall, plan: Plan, precision: str,
         args.append(Arg(name, "const"))
         binds.append(("c", key))
     for k, p in enumerate(call.postops):
-        if p.operand is None:
-            continue
         if isinstance(p.source, str):
             args.append(Arg(f"p{k}", "const"))
             binds.append(("c", p.source))
-        else:
+        elif p.source is not None:
             args.append(Arg(f"p{k}", "in", plan.tensors[p.source]))
             binds.append(("t", p.source))
     postop_arg, wide = None, False
     if call.postops:
-        text, wide = postop_helpers(call.postops, plan.tensors[call.outputs["dst"]][3], api)
+        text, wide = render_postops(call.postops, plan.tensors[call.outputs["dst"]][3], language)
         helpers, postop_arg = helpers + text, "dst"
     spec = KernelSpec(call.kernel, body, args, call.grid, dict(call.defines), helpers=helpers,
                       precision=precision, local_size=call.local_size, postop_arg=postop_arg, wide_postop=wide)
@@ -151,7 +92,8 @@ class PlanRunner:
             plan, binaries = cached
         else:
             device_type = backend.device_info().get("device_type", "gpu")
-            plan = build_plan(graph, nodes, inputs, outputs, shapes, quantized=quantized, device_type=device_type)
+            ops = {n: get_op(graph.nodes[n].op) for n in nodes}
+            plan = build_plan(graph, nodes, inputs, outputs, shapes, ops, quantized=quantized, device_type=device_type)
             binaries = {}
         runner = cls(backend, plan, precision)
         runner.timings["plan_s"] = time.perf_counter() - t0

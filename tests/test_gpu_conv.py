@@ -138,7 +138,7 @@ def depthwise(b: Builder, x: str, out: str, c: int, hw: tuple, mult: int, k: int
 
 
 def test_conv_and_depthwise(backend):
-    """Every window kind of conv2d.cl / conv2d_1x1.cl / depthwise_conv2d.cl on a batch of 2 with 5 channels."""
+    """Every window kind of conv2d / conv2d_1x1 / depthwise_conv2d on a batch of 2 with 5 channels."""
     b = Builder()
     x = b.input("x", [2, 9, 11, 5])
     hw = (9, 11)

@@ -19,6 +19,8 @@ from ..cpu.quant import dequantize
 from ..errors import DelegateError
 from . import codegen
 from .codegen import Arg, KernelSpec
+from .. import phwc4
+from ..phwc4 import from_rows, vec4_count
 
 T = TypeVar("T")
 # from_device reorders outputs of at most this many vec4 on the host instead of in a conversion kernel
@@ -407,13 +409,11 @@ class Backend(ABC):
         dtype = np.dtype(dtype)
         if dtype not in (np.float32, np.float16):
             raise ValueError(f"from_device gives float32 or float16, not {dtype}")
-        b, h, w, c = shape
-        n_vec4 = b * math.ceil(c / 4) * h * w
+        n_vec4 = vec4_count(shape)
         if n_vec4 <= HOST_REORDER_VEC4:
             # a small output (a classifier's scores): reading the PHWC4 tensor and reordering it here costs less
             # than a conversion kernel's launch and wait
-            phwc4 = self.download(tensor, n_vec4).reshape(b, -1, h, w, 4)
-            return np.ascontiguousarray(phwc4.transpose(0, 2, 3, 1, 4).reshape(b, h, w, -1)[..., :c], dtype)
+            return np.ascontiguousarray(from_rows(self.download(tensor, n_vec4), shape), dtype)
         raw_precision = "fp16" if dtype == np.float16 else "fp32"
         return self._on_device(self._convert_out, tensor, shape, raw_precision)
 
@@ -465,14 +465,14 @@ def _bhwc(shape: tuple[int, ...]) -> tuple[int, int, int, int]:
 
 
 def conversion_spec(kernel: str, shape: tuple[int, int, int, int], precision: str, raw_precision: str) -> KernelSpec:
-    """The spec of kernels/convert_to_phwc4.cl (raw ``src`` -> PHWC4 ``dst``) or convert_from_phwc4.cl
-    (PHWC4 ``src`` -> raw ``dst``) for a BHWC ``shape``."""
+    """The spec of kernels/dialect/convert_to_phwc4.dialect (raw ``src`` -> PHWC4 ``dst``) or
+    convert_from_phwc4.dialect (PHWC4 ``src`` -> raw ``dst``) for a BHWC ``shape``."""
     b, h, w, c = shape
     helpers, body = codegen.load_kernel(kernel)
     n4 = math.ceil(b * h * w * c / 4)
     if kernel == "convert_to_phwc4":
         args = [Arg("src", "in", precision=raw_precision), Arg("dst", "out", shape)]
-        grid = (w, h, b * math.ceil(c / 4))
+        grid = phwc4.grid(shape)
         defines: dict[str, int | float | str] = {}
     else:
         args = [Arg("src", "in", shape), Arg("dst", "out", precision=raw_precision)]

@@ -9,19 +9,26 @@ the generated text alone determines the program; it is also the cache key for co
 
 from __future__ import annotations
 
-import math
+import functools
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
+from ..lowering.plan import PostOp
+from ..phwc4 import slices
+
 ROLES = ("in", "out", "const")
 PRECISIONS = ("fp32", "fp16")
 
 # Kernel sources live in the top-level kernels/ folder of a checkout; an installed package may carry them
-# next to its modules instead.
+# next to its modules instead. One folder per language, and each language's files end with its own suffix.
 _KERNEL_DIRS = (Path(__file__).resolve().parents[2] / "kernels", Path(__file__).resolve().parents[1] / "kernels")
+LANGUAGES = {"dialect": ".dialect", "opencl": ".cl", "glsl": ".glsl"}
+# The API each language runs on, and the languages a file of each language may include.
+API_LANGUAGE = {"cl": "opencl", "gl": "glsl"}
+_INCLUDABLE = {"dialect": ("dialect",), "opencl": ("dialect", "opencl"), "glsl": ("dialect", "glsl")}
 # The line that separates a kernel file's helper functions (above) from its body (below).
 BODY_MARKER = "// @body"
 INCLUDE_MARKER = "@include"
@@ -64,7 +71,7 @@ class Arg:
 
     @property
     def slices(self) -> int:
-        return math.ceil(self.shape[3] / 4) if self.shape else 0
+        return slices(self.shape[3]) if self.shape else 0
 
     @property
     def n_vec4(self) -> int:
@@ -130,41 +137,54 @@ _RESERVED = ("GRID_X", "GRID_Y", "GRID_Z", "GID_X", "GID_Y", "GID_Z", "BUFS", "B
              "LANE", "ZERO_PAD")
 
 
-def _kernel_file(name: str) -> Path | None:
-    return next((d / name for d in _KERNEL_DIRS if (d / name).is_file()), None)
+def _kernel_file(relative: str) -> Path | None:
+    return next((d / relative for d in _KERNEL_DIRS if (d / relative).is_file()), None)
 
 
-def _with_includes(text: str, seen: tuple[str, ...] = ()) -> str:
-    """``text`` with every ``// @include FILE`` line replaced by that file of kernels/ (itself expanded)."""
+def _with_includes(text: str, language: str, seen: tuple[str, ...] = ()) -> str:
+    """``text`` with every ``// @include FOLDER/FILE`` line replaced by that file of kernels/ (itself expanded).
+    A file includes only what its language can compile: the dialect includes dialect files, an API's own
+    file also that API's."""
     out = []
     for line in text.splitlines(keepends=True):
         words = line.split()
         if words[:2] != ["//", INCLUDE_MARKER]:
             out.append(line)
             continue
-        name = words[2] if len(words) == 3 else ""
-        path = _kernel_file(name)
-        if path is None or name in seen:
+        relative = words[2] if len(words) == 3 else ""
+        folder = relative.split("/", 1)[0]
+        if folder not in _INCLUDABLE[language] or not relative.endswith(".inc" + LANGUAGES[folder]):
+            raise FileNotFoundError(f"kernel include {line.strip()!r}: a {language} file includes only "
+                                    f"{' or '.join(f'{f}/*.inc{LANGUAGES[f]}' for f in _INCLUDABLE[language])}")
+        path = _kernel_file(relative)
+        if path is None or relative in seen:
             raise FileNotFoundError(f"kernel include {line.strip()!r}: no such file in kernels/, or a cycle")
-        out.append(_with_includes(path.read_text(), (*seen, name)))
+        out.append(_with_includes(path.read_text(), folder, (*seen, relative)))
     return "".join(out)
 
 
-def load_kernel(name: str, api: str | None = None) -> tuple[str, str]:
-    """(helpers, body) of ``kernels/<name>.cl``: the text above a ``// @body`` line is file-scope helper
-    code, the text below it the body; a file without the marker is all body. With ``api`` ("cl" or
-    "gl"), a file ``<name>.<api>.cl`` written for that API alone takes precedence. A line
-    ``// @include FILE`` stands for the text of ``kernels/FILE`` (helpers several kernels share)."""
-    names = ([f"{name}.{api}.cl"] if api else []) + [f"{name}.cl"]
-    path = next((p for p in map(_kernel_file, names) if p is not None), None)
-    if path is None:
-        raise FileNotFoundError(f"kernel source {name}.cl not found in {', '.join(str(d) for d in _KERNEL_DIRS)}")
-    text = _with_includes(path.read_text())
-    lines = text.splitlines(keepends=True)
+@functools.cache
+def kernel_text(relative: str) -> str:
+    """The text of ``kernels/<relative>`` with its includes expanded (a prelude, for one)."""
+    folder = relative.split("/", 1)[0]
+    path = _kernel_file(relative)
+    if folder not in LANGUAGES or path is None:
+        raise FileNotFoundError(f"kernel source {relative} not found in {', '.join(str(d) for d in _KERNEL_DIRS)}")
+    return _with_includes(path.read_text(), folder)
+
+
+def load_kernel(name: str, language: str = "dialect") -> tuple[str, str]:
+    """(helpers, body) of ``kernels/<language>/<name><suffix>``: the shared dialect by default, or a file
+    written for one API alone ("opencl", "glsl"). The text above a ``// @body`` line is file-scope helper
+    code, the text below it the body; a file without the marker is all body. A line
+    ``// @include FOLDER/FILE`` stands for the text of ``kernels/FOLDER/FILE`` (helpers several kernels share)."""
+    if language not in LANGUAGES:
+        raise ValueError(f"kernel language {language!r} is not one of {sorted(LANGUAGES)}")
+    lines = kernel_text(f"{language}/{name}{LANGUAGES[language]}").splitlines(keepends=True)
     for i, line in enumerate(lines):
         if line.strip() == BODY_MARKER:
             return "".join(lines[:i]), "".join(lines[i + 1:])
-    return "", text
+    return "", "".join(lines)
 
 
 def literal(value: float | bool | str) -> str:
@@ -192,161 +212,7 @@ def literal(value: float | bool | str) -> str:
     return f"({text})" if text.startswith("-") else text
 
 
-# -- the dialect, per API -------------------------------------------------------------------------------
-
-_CL_PRELUDE = r"""// Plain arithmetic is never contracted into fma (GLSL ES 3.1 cannot fuse it either); FMA() fuses
-// where the device has a fused multiply-add. FMA() is a product and a sum compiled with contraction on,
-// not fma(): PoCL 3.0 (LLVM 14) calls a software fma() (a 1x1 conv ran at 10 GFLOP/s), while a contracted
-// product and sum becomes the hardware instruction (156 GFLOP/s), and does on a GPU's compiler too.
-#pragma OPENCL FP_CONTRACT ON
-#define FMA_OF(T) inline T __attribute__((overloadable)) FMA(T a, T b, T c) { return a * b + c; }
-FMA_OF(float) FMA_OF(float2) FMA_OF(float4) FMA_OF(float8) FMA_OF(float16)
-#undef FMA_OF
-#pragma OPENCL FP_CONTRACT OFF
-// T_read16(i) (OpenCL-only kernels): the 4 vec4 from index i on as one float16. A float16 is 64-byte
-// aligned by default, a vec4 index only 16: the load goes through this type of vec4 alignment.
-typedef float16 __attribute__((aligned(16))) float16_at4;
-// PoCL 3.0 as pip ships it links min, max, clamp and select as calls, never inlined: a depthwise 3x3 made
-// 60 calls per work item. These inline versions keep the built-ins' meaning (min/max as fmin/fmax: a NaN
-// operand yields the other one; select by the mask's sign bit for vectors, by non-zero for scalars).
-// clamp's bounds are never NaN here (constants and indices), so it is one max and one min instruction
-// (a NaN x still gives lo) instead of fmax/fmin's NaN tests, 8 instructions a vector.
-#define GD_MINMAX(T) \
-  inline T __attribute__((overloadable)) gd_min(T a, T b) { return (b < a || a != a) ? b : a; } \
-  inline T __attribute__((overloadable)) gd_max(T a, T b) { return (a < b || a != a) ? b : a; } \
-  inline T __attribute__((overloadable)) gd_clamp(T x, T lo, T hi) { x = x > lo ? x : lo; return x < hi ? x : hi; }
-#define GD_MINMAX_V(T, S) GD_MINMAX(T) \
-  inline T __attribute__((overloadable)) gd_min(T a, S b) { return gd_min(a, (T)(b)); } \
-  inline T __attribute__((overloadable)) gd_max(T a, S b) { return gd_max(a, (T)(b)); } \
-  inline T __attribute__((overloadable)) gd_clamp(T x, S lo, S hi) { return gd_clamp(x, (T)(lo), (T)(hi)); }
-GD_MINMAX(int) GD_MINMAX(float) GD_MINMAX_V(int4, int)
-GD_MINMAX_V(float4, float) GD_MINMAX_V(float8, float) GD_MINMAX_V(float16, float)
-#undef GD_MINMAX
-#undef GD_MINMAX_V
-#undef min
-#undef max
-#undef clamp
-#undef select
-#define min(a, b) gd_min((a), (b))
-#define max(a, b) gd_max((a), (b))
-#define clamp(x, lo, hi) gd_clamp((x), (lo), (hi))
-#define select(a, b, c) ((c) ? (b) : (a))
-// C round() (halves away from zero), inline for the same reason: the fake-quant step after every int8 op
-// calls it on every value. Below 2^23, adding and subtracting 2^23 rounds to nearest even (exact; nothing
-// is contracted here); a tie that went down is then moved up.
-#define GD_ROUND(T) inline T __attribute__((overloadable)) gd_round(T x) { \
-    T a = x < (T)(0.0f) ? -x : x; \
-    T r = a < (T)(8388608.0f) ? (a + (T)(8388608.0f)) - (T)(8388608.0f) : a; \
-    r = r - a == (T)(-0.5f) ? r + (T)(1.0f) : r; \
-    return x < (T)(0.0f) ? -r : r; \
-  }
-GD_ROUND(float) GD_ROUND(float4) GD_ROUND(float16)
-#undef GD_ROUND
-// QROUND(x, lo, hi) = ROUND(clamp(x, lo, hi)) for integer bounds below 2^22 in magnitude, a NaN giving lo:
-// the fake-quant step of every int8 op. Truncating x + copysign(0.5, x) is C round() except within an ulp
-// below a half (where x + 0.5 rounds up first), far inside the float emulation's own error against TFLite's
-// integer kernels; it takes 7 vector instructions where clamp and gd_round take about 20.
-// (Conversions through clang's __builtin_convertvector where the compiler has it: PoCL calls convert_T.)
-#if defined(__has_builtin)
-#if __has_builtin(__builtin_convertvector)
-#define GD_CONVERT(x, T) __builtin_convertvector((x), T)
-#endif
-#endif
-#ifndef GD_CONVERT
-#define GD_CONVERT(x, T) convert_##T(x)
-#endif
-#define GD_QROUND(T, I, U) inline T __attribute__((overloadable)) gd_qround(T x, float lo, float hi) { \
-    x = x >= (T)(lo) ? x : (T)(lo); \
-    x = x <= (T)(hi) ? x : (T)(hi); \
-    T h = as_##T((as_##U(x) & (U)(0x80000000u)) | (U)(0x3f000000u)); \
-    return GD_CONVERT(GD_CONVERT(x + h, I), T); \
-  }
-GD_QROUND(float4, int4, uint4) GD_QROUND(float16, int16, uint16)
-#undef GD_QROUND
-#define FLT4 float4
-#define INT4 int4
-#define MAKE_FLT4(a, b, c, d) ((float4)((a), (b), (c), (d)))
-#define MAKE_INT4(a, b, c, d) ((int4)((a), (b), (c), (d)))
-#define SPLAT(x) ((float4)(x))
-#define SPLAT16(x) ((float16)(x))
-#define TO_INT(x) ((int)(x))
-#define TO_FLT(x) ((float)(x))
-#define TO_INT4(v) convert_int4(v)
-#define TO_FLT4(v) convert_float4(v)
-#define FABS(x) fabs(x)
-#define RSQRT(x) rsqrt(x)
-#define FMOD(x, y) fmod((x), (y))
-#define ROUND(x) gd_round(x)
-#define QROUND(x, lo, hi) gd_qround((x), (lo), (hi))
-#define RINT(x) rint(x)
-#define ATAN2(y, x) atan2((y), (x))
-#define INF_F INFINITY
-#define NAN_F NAN
-float4 LT4(float4 a, float4 b) { return select((float4)(0.0f), (float4)(1.0f), a < b); }
-float4 LE4(float4 a, float4 b) { return select((float4)(0.0f), (float4)(1.0f), a <= b); }
-float4 GT4(float4 a, float4 b) { return select((float4)(0.0f), (float4)(1.0f), a > b); }
-float4 GE4(float4 a, float4 b) { return select((float4)(0.0f), (float4)(1.0f), a >= b); }
-float4 EQ4(float4 a, float4 b) { return select((float4)(0.0f), (float4)(1.0f), a == b); }
-float4 NE4(float4 a, float4 b) { return select((float4)(0.0f), (float4)(1.0f), a != b); }
-float4 SELECT4(float4 f, float4 t, float4 m) { return select(f, t, m != (float4)(0.0f)); }
-float LANE(float4 v, int k) { return k == 0 ? v.x : k == 1 ? v.y : k == 2 ? v.z : v.w; }
-float4 ZERO_PAD(float4 v, int s, int c) {
-  return select(v, (float4)(0.0f), (int4)(4 * s) + (int4)(0, 1, 2, 3) >= (int4)(c));
-}
-"""
-
-_GL_PRELUDE = r"""#define FLT4 vec4
-#define INT4 ivec4
-#define MAKE_FLT4(a, b, c, d) vec4((a), (b), (c), (d))
-#define MAKE_INT4(a, b, c, d) ivec4((a), (b), (c), (d))
-#define SPLAT(x) vec4(x)
-#define TO_INT(x) int(x)
-#define TO_FLT(x) float(x)
-#define TO_INT4(v) ivec4(v)
-#define TO_FLT4(v) vec4(v)
-#define FABS(x) abs(x)
-#define RSQRT(x) inversesqrt(x)
-// GLSL ES 3.1 has no fma(); the product is rounded before the add.
-#define FMA(a, b, c) ((a) * (b) + (c))
-#define RINT(x) roundEven(x)
-#define ATAN2(y, x) atan((y), (x))
-#define INF_F uintBitsToFloat(0x7f800000u)
-#define NAN_F uintBitsToFloat(0x7fc00000u)
-// C fmod, exact like OpenCL's: subtract |y| * 2^k, largest first; each step is exact (Sterbenz), and
-// there are at most exponent(x) - exponent(y) + 1 of them (the bound only guards against a hang).
-float FMOD(float x, float y) {
-  if (isinf(x) || isnan(x) || isnan(y) || y == 0.0) return NAN_F;
-  float ay = abs(y);
-  float r = abs(x);
-  for (int it = 0; it < 300 && r >= ay; it++) {
-    int er;
-    int ey;
-    frexp(r, er);
-    frexp(ay, ey);
-    float d = ldexp(ay, er - ey);
-    if (d > r) d *= 0.5;
-    r -= d;
-  }
-  return x < 0.0 ? -r : r;
-}
-vec4 FMOD(vec4 x, vec4 y) { return vec4(FMOD(x.x, y.x), FMOD(x.y, y.y), FMOD(x.z, y.z), FMOD(x.w, y.w)); }
-// C round(): halves away from zero (GLSL round() leaves the direction to the implementation).
-float ROUND(float x) { float t = trunc(x); return t + sign(x) * step(0.5, abs(x - t)); }
-vec4 ROUND(vec4 x) { vec4 t = trunc(x); return t + sign(x) * step(0.5, abs(x - t)); }
-#define QROUND(x, lo, hi) ROUND(clamp((x), (lo), (hi)))
-vec4 LT4(vec4 a, vec4 b) { return vec4(lessThan(a, b)); }
-vec4 LE4(vec4 a, vec4 b) { return vec4(lessThanEqual(a, b)); }
-vec4 GT4(vec4 a, vec4 b) { return vec4(greaterThan(a, b)); }
-vec4 GE4(vec4 a, vec4 b) { return vec4(greaterThanEqual(a, b)); }
-vec4 EQ4(vec4 a, vec4 b) { return vec4(equal(a, b)); }
-vec4 NE4(vec4 a, vec4 b) { return vec4(notEqual(a, b)); }
-vec4 SELECT4(vec4 f, vec4 t, vec4 m) { return mix(f, t, notEqual(m, vec4(0.0))); }
-float LANE(vec4 v, int k) { return v[k]; }
-vec4 ZERO_PAD(vec4 v, int s, int c) {
-  return mix(v, vec4(0.0), greaterThanEqual(ivec4(4 * s) + ivec4(0, 1, 2, 3), ivec4(c)));
-}
-"""
-
+# -- the dialect, per API (the preludes are kernels/opencl/prelude.inc.cl and kernels/glsl/prelude.inc.glsl) ----
 
 def _geometry(spec: KernelSpec) -> str:
     lines = [f"#define GRID_X {spec.grid[0]}", f"#define GRID_Y {spec.grid[1]}", f"#define GRID_Z {spec.grid[2]}"]
@@ -455,7 +321,7 @@ def _finishers(spec: KernelSpec) -> str:
 def opencl_source(spec: KernelSpec) -> str:
     """The complete OpenCL C 1.2 program for ``spec``: one ``__kernel`` named ``spec.name``."""
     params = [_cl_param(spec, a) for a in spec.args]
-    parts = [_CL_PRELUDE, _geometry(spec)]
+    parts = [kernel_text("opencl/prelude.inc.cl"), _geometry(spec)]
     parts += [_cl_accessors(spec, a) for a in spec.args]
     parts.append("#define BUFS_DECL " + "".join(f", {p}" for p in params) + "\n")
     parts.append("#define BUFS " + "".join(f", {a.name}_buf" for a in spec.args) + "\n")
@@ -511,7 +377,7 @@ def glsl_source(spec: KernelSpec, local_size: tuple[int, int, int], textures: fr
     extension = "#extension GL_EXT_texture_buffer : require\n" if textures else ""
     parts = ["#version 310 es\n" + extension + "precision highp float;\nprecision highp int;\n",
              f"layout(local_size_x = {lx}, local_size_y = {ly}, local_size_z = {lz}) in;\n",
-             _GL_PRELUDE, _geometry(spec)]
+             kernel_text("glsl/prelude.inc.glsl"), _geometry(spec)]
     parts += [_gl_buffer(spec, i, a, i in textures) for i, a in enumerate(spec.args)]
     parts += [_gl_accessors(spec, a, i in textures) for i, a in enumerate(spec.args)]
     parts.append("#define BUFS_DECL\n#define BUFS\n")
@@ -526,3 +392,63 @@ def glsl_source(spec: KernelSpec, local_size: tuple[int, int, int], textures: fr
         "  if (GID_X >= GRID_X || GID_Y >= GRID_Y || GID_Z >= GRID_Z) return;\n"
         "  {\n" + spec.body.rstrip() + "\n  }\n}\n")
     return "".join(parts)
+
+
+# -- post-ops: the fused steps a kernel applies to a result before it stores it (lowering/plan.py PostOp) ----
+
+# Names a post-op expression may use and still mean the same for a float16 (4 vec4 at once), with their float16
+# spelling: the OpenCL prelude defines SPLAT16 and float16 overloads of min/max/clamp/ROUND/QROUND.
+_WIDE_NAMES = {"FLT4": "float16", "SPLAT": "SPLAT16", "a": "a", "b": "b", "max": "max", "min": "min",
+               "clamp": "clamp", "INF_F": "INF_F"}
+_TOKEN = re.compile(r"(?P<number>(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?f?)|(?P<name>[A-Za-z_]\w*)")
+_OPERAND_INDEX = {"tensor": "i", "channel": "s", "scalar": "0"}
+
+
+def _wide_expr(expr: str) -> str | None:
+    """``expr`` written for float16 operands, or None if it uses a name that may not mean the same there."""
+    names = [m.group("name") for m in _TOKEN.finditer(expr) if m.group("name")]
+    if any(n not in _WIDE_NAMES for n in names):
+        return None
+    return _TOKEN.sub(lambda m: _WIDE_NAMES[m.group("name")] if m.group("name") else m.group(0), expr)
+
+
+def _postop_step(k: int, p: PostOp, vec: str, expr: str, operand: str) -> str:
+    """One post-op as a statement updating ``v`` of type ``vec``; ``operand`` reads post-op ``k``'s operand."""
+    if p.kind == "fake_quant":
+        name = "fake_quant" if vec == "FLT4" else "fake_quant16"
+        return f"v = {name}(v, {literal(p.scale)}, {literal(p.qmin)}, {literal(p.qmax)});"
+    if p.operand is None:
+        return f"{{ {vec} a = v; v = {expr}; }}"
+    a, b = ("o", "v") if p.operand_first else ("v", "o")
+    return f"{{ {vec} o = {operand}; {vec} a = {a}; {vec} b = {b}; v = {expr}; }}"
+
+
+def render_postops(postops: list[PostOp], dst_channels: int, language: str | None = None) -> tuple[str, bool]:
+    """``FLT4 postop(FLT4 v, int i)``: the post-ops applied to a result at linear PHWC4 index i of the output
+    ``dst`` (their operands are arguments p0, p1, ... in order); for OpenCL, when every step allows, also
+    ``float16 postop16(float16 v, int4 i)`` for 4 results at once (the wide kernels' stores). Returns the
+    text and whether the wide form is there."""
+    fake = any(p.kind == "fake_quant" for p in postops)
+    lines = [kernel_text("dialect/fake_quant.inc.dialect")] if fake else []
+    lines += ["FLT4 postop(FLT4 v, int i BUFS_DECL) {", "  int s = (i / (dst_H * dst_W)) % dst_S;"]
+    for k, p in enumerate(postops):
+        operand = f"p{k}_read({_OPERAND_INDEX[p.operand]})" if p.operand else ""
+        lines.append("  " + _postop_step(k, p, "FLT4", p.expr, operand))
+    lines.append("  return ZERO_PAD(v, s, dst_C);" if dst_channels % 4 else "  return v;")
+    lines.append("}")
+    wide = [_wide_expr(p.expr) if p.kind == "expr" else "" for p in postops] if language == "opencl" else [None]
+    has_wide = all(e is not None for e in wide)
+    if has_wide:
+        if fake:
+            lines.append(kernel_text("opencl/fake_quant16.inc.cl"))
+        lines += ["float16 postop16(float16 v, int4 i BUFS_DECL) {", "  int4 s = (i / (dst_H * dst_W)) % dst_S;"]
+        for k, (p, e) in enumerate(zip(postops, wide)):
+            operand = ""
+            if p.operand == "scalar":
+                operand = f"(float16)(p{k}_read(0), p{k}_read(0), p{k}_read(0), p{k}_read(0))"
+            elif p.operand:
+                index = _OPERAND_INDEX[p.operand]
+                operand = "(float16)(" + ", ".join(f"p{k}_read({index}.{lane})" for lane in "xyzw") + ")"
+            lines.append("  " + _postop_step(k, p, "float16", e or "", operand))
+        lines += ["  return v;", "}"]
+    return "\n".join(lines) + "\n", has_wide

@@ -10,7 +10,6 @@ import numpy as np
 
 from ..errors import ModelError
 from ..graph import Graph, Tensor
-from ..ops.base import prepared
 from .elementwise import rescale
 from .quant import dequantize, dtype_range, quantize_multiplier
 
@@ -38,7 +37,7 @@ def dequantized(graph: Graph, t: int) -> np.ndarray:
         out = dequantize_tensor(graph.tensors[t].data, graph.tensors[t])
         out.flags.writeable = False
         return out
-    return prepared(graph, ("dequantized", t), make)
+    return graph.prepared(("dequantized", t), make)
 
 
 def densified(graph: Graph, t: int, where: str) -> np.ndarray:
@@ -50,7 +49,7 @@ def densified(graph: Graph, t: int, where: str) -> np.ndarray:
                       f"{where}: tensor {t} ({tensor.name!r})")
         out.flags.writeable = False
         return out
-    return prepared(graph, ("densified", t), make)
+    return graph.prepared(("densified", t), make)
 
 
 def densify(values: np.ndarray, shape: tuple[int, ...], sparsity: dict, what: str) -> np.ndarray:

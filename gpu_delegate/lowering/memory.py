@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from .plan import Plan, vec4_count
+from ..phwc4 import vec4_count
+from .plan import Plan
+from .view import PassResult
 
 
-def run(plan: Plan) -> None:
+def run(plan: Plan) -> PassResult:
     last = len(plan.kernels)
     first_use: dict[int, int] = {}
     last_use: dict[int, int] = {}
@@ -21,8 +23,8 @@ def run(plan: Plan) -> None:
         for t in (*call.inputs.values(), *call.outputs.values()):
             touch(t, k)
         for p in call.postops:
-            if p.operand is not None and not isinstance(p.source, str):
-                touch(p.source, k)
+            if p.tensor_operand is not None:
+                touch(p.tensor_operand, k)
     for t in plan.outputs:
         touch(t, last)
     sizes = {t: vec4_count(plan.tensors[t]) for t in first_use}
@@ -43,3 +45,5 @@ def run(plan: Plan) -> None:
             plan.buffer_of[t] = len(slots) - 1
     for t in plan.aliases:
         plan.buffer_of[t] = plan.buffer_of.get(plan.storage(t), -1)
+    saved = 1 - plan.planned_bytes / plan.naive_bytes if plan.naive_bytes else 0.0
+    return PassResult("memory", applied=[f"{len(first_use)} tensors in {len(slots)} buffers ({saved:.0%} less memory)"])

@@ -5,46 +5,55 @@ from __future__ import annotations
 import numpy as np
 
 from ..graph import PADDING_VALID
-from .view import PartitionView
+from .view import PartitionView, PassResult
 
 TAKERS = {"CONV_2D", "DEPTHWISE_CONV_2D"}
 
 
-def spatial_pads(view: PartitionView, n: int) -> tuple[int, int, int, int] | None:
+def spatial_pads(view: PartitionView, n: int) -> tuple[int, int, int, int] | str:
+    """(top, bottom, left, right) of a PAD node that pads only H and W with zeros, or why it is not one."""
     node = view.graph.nodes[n]
     ins = view.node_inputs(n)
-    if node.op not in ("PAD", "PADV2") or len(view.shapes[ins[0]]) != 4:
-        return None
+    if len(view.shapes[ins[0]]) != 4:
+        return "its input is not 4-D"
     pads = view.const(ins[1])
     if pads is None or np.shape(pads) != (4, 2):
-        return None
+        return "its paddings are not a constant [4, 2]"
     if node.op == "PADV2" and (len(ins) < 3 or view.const(ins[2]) is None or np.any(view.const(ins[2]) != 0)):
-        return None
+        return "it pads with a value other than 0"
     if view.graph.tensors[ins[0]].quant is not None:
-        return None  # quantized zero is the zero point, not 0.0
+        return "its input is quantized (zero is the zero point, not 0.0)"
     pads = np.asarray(pads, np.int64)
     if np.any(pads[0] != 0) or np.any(pads[3] != 0) or np.any(pads < 0):
-        return None
+        return "it pads the batch or channels, or crops"
     return int(pads[1, 0]), int(pads[1, 1]), int(pads[2, 0]), int(pads[2, 1])
 
 
-def run(view: PartitionView) -> None:
+def run(view: PartitionView) -> PassResult:
+    result = PassResult("merge_pad")
     graph = view.graph
     removed = set()
     for n in view.nodes:
-        pads = spatial_pads(view, n)
-        if pads is None:
+        node = graph.nodes[n]
+        if node.op not in ("PAD", "PADV2"):
             continue
-        out = graph.nodes[n].outputs[0]
+        pads = spatial_pads(view, n)
+        if isinstance(pads, str):
+            result.declined.append(f"{node}: {pads}")
+            continue
+        out = node.outputs[0]
         users = view.consumers(out)
         if len(users) != 1 or out in view.outputs:
+            result.declined.append(f"{node}: its output is read by {len(users)} nodes or leaves the partition")
             continue
         user = graph.nodes[users[0]]
         if user.op not in TAKERS or user.attrs.get("padding") != PADDING_VALID or \
                 view.node_inputs(user.index)[0] != out:
+            result.declined.append(f"{node}: its reader {user} is not a VALID convolution reading it as input 0")
             continue
         view.read_as[(user.index, 0)] = view.node_inputs(n)[0]
         view.extra_padding[user.index] = pads
         removed.add(n)
-        view.notes.append(f"merged {graph.nodes[n]} into {user}")
+        result.applied.append(f"merged {node} into {user}")
     view.nodes = [n for n in view.nodes if n not in removed]
+    return result

@@ -7,44 +7,54 @@ partition, its input shapes and the delegate options, so it can be cached and se
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 import numpy as np
 
-
-def bhwc(shape: tuple[int, ...]) -> tuple[int, int, int, int]:
-    """A tensor of rank <= 4 as BHWC, padding missing leading dimensions with 1."""
-    if len(shape) > 4:
-        raise ValueError(f"rank {len(shape)} > 4")
-    s = (1,) * (4 - len(shape)) + tuple(int(d) for d in shape)
-    return s  # type: ignore[return-value]
+from ..phwc4 import BHWC, vec4_count
 
 
-def slices(channels: int) -> int:
-    return (channels + 3) // 4
-
-
-def vec4_count(shape: tuple[int, int, int, int]) -> int:
-    b, h, w, c = shape
-    return b * h * w * slices(c)
+OperandMode = Literal["tensor", "channel", "scalar"]
 
 
 @dataclass
 class PostOp:
     """One fused elementwise step applied to a kernel's result ``v`` (FLT4) before it is stored.
 
-    ``code`` is dialect text assigning ``v``; it may read ``o`` (the other operand, fetched according to
-    ``operand``: "tensor" = same index as the output, "channel" = per-slice constant, None = no operand).
+    kind "expr": ``v = expr``, a dialect expression over FLT4 ``a`` (the value flowing through) and, when the step
+    has an operand, ``b`` (the operand; ``operand_first`` swaps the two: the operand was the op's first input).
+    The operand is read by ``operand``: "tensor" = the output's own index in tensor ``source``, "channel" = one
+    vec4 per slice of const ``source``, "scalar" = const ``source``'s single row.
+    kind "fake_quant": quantize then dequantize on the grid of ``scale`` with integer bounds ``qmin``..``qmax``
+    (relative to the zero point): the step a quantized op's output takes so that float follows fixed point.
+    The backends' codegen renders both (backends/codegen.py, render_postops).
     """
 
-    code: str
-    operand: str | None = None
-    source: int | str | None = None  # tensor id ("tensor") or const key ("channel")
+    kind: Literal["expr", "fake_quant"]
+    expr: str = ""
+    operand: OperandMode | None = None
+    source: int | str | None = None  # tensor id ("tensor") or const key ("channel", "scalar")
+    operand_first: bool = False
+    scale: float = 0.0
+    qmin: float = 0.0
+    qmax: float = 0.0
     node: int = -1
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("expr", "fake_quant"):
+            raise ValueError(f"post-op kind {self.kind!r} is not 'expr' or 'fake_quant'")
+        if (self.operand is None) != (self.source is None):
+            raise ValueError("a post-op has both an operand mode and a source, or neither")
+
+    @property
+    def tensor_operand(self) -> int | None:
+        """The tensor of the plan the operand is read from; None for a constant operand or none."""
+        return self.source if isinstance(self.source, int) else None
 
 
 @dataclass
 class KernelCall:
-    kernel: str  # file stem in kernels/ (kernels/<kernel>.cl)
+    kernel: str  # kernels/dialect/<kernel>.dialect
     node: int  # the graph node it came from
     inputs: dict[str, int]  # arg name -> plan tensor id
     outputs: dict[str, int]
@@ -54,6 +64,15 @@ class KernelCall:
     postops: list[PostOp] = field(default_factory=list)
     local_size: tuple[int, int, int] | None = None
     helpers: str = ""  # file-scope dialect text the lowering generated (e.g. an EXPR macro)
+    # language -> a kernel written in that API's own language that runs instead on that API, with the same
+    # arguments, defines and grid: {"opencl": "conv2d"} runs kernels/opencl/conv2d.cl on OpenCL
+    variants: dict[str, str] = field(default_factory=dict)
+
+    def source(self, language: str | None) -> tuple[str, str]:
+        """(language, kernel name) of the file this call runs on a backend of ``language`` ("opencl", "glsl")."""
+        if language is not None and language in self.variants:
+            return language, self.variants[language]
+        return "dialect", self.kernel
 
     @property
     def label(self) -> str:
@@ -62,7 +81,7 @@ class KernelCall:
 
 @dataclass
 class Plan:
-    tensors: dict[int, tuple[int, int, int, int]]  # plan tensor id -> BHWC
+    tensors: dict[int, BHWC]  # plan tensor id -> BHWC
     consts: dict[str, np.ndarray]  # const key -> float32 array of shape (n, 4)
     kernels: list[KernelCall]
     inputs: list[int]  # graph tensor ids uploaded at the start of every invoke

@@ -1,18 +1,23 @@
-"""A partition as the lowering passes see and rewrite it.
+"""A partition as the lowering passes see and rewrite it, and what each pass reports.
 
 The passes never touch the graph: they remove nodes from ``nodes``, record folded constants, renames and
-fused post-ops here, and `emit.py` turns what remains into kernel calls.
+fused post-ops here, and `emit.py` turns what remains into kernel calls. They reach an op's behaviour (its
+expression, CPU kernel, lowering) through `op()`, never by importing gpu_delegate.ops.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..cpu.quant import dequantize
 from ..graph import Graph
 from .plan import PostOp
+
+if TYPE_CHECKING:
+    from .context import GpuOp
 
 
 @dataclass
@@ -22,13 +27,16 @@ class PartitionView:
     shapes: dict[int, tuple[int, ...]]  # tensor -> shape for this preparation
     inputs: list[int]  # boundary inputs (non-constant)
     outputs: list[int]  # boundary outputs
+    ops: dict[int, GpuOp] = field(default_factory=dict)  # node -> its op class
     folded: dict[int, np.ndarray] = field(default_factory=dict)  # tensor -> constant computed at prepare
     postops: dict[int, list[PostOp]] = field(default_factory=dict)  # node -> post-ops fused into its output
     written_as: dict[int, int] = field(default_factory=dict)  # tensor a node writes -> tensor it really writes
     read_as: dict[tuple[int, int], int] = field(default_factory=dict)  # (node, input slot) -> tensor it reads
     extra_padding: dict[int, tuple[int, int, int, int]] = field(default_factory=dict)  # node -> t, b, l, r
     aliases: dict[int, int] = field(default_factory=dict)  # tensor -> tensor whose buffer it shares
-    notes: list[str] = field(default_factory=list)  # what each pass did, for inspect/logs
+
+    def op(self, n: int) -> GpuOp:
+        return self.ops[n]
 
     def const(self, t: int) -> np.ndarray | None:
         """The float32 value of a constant tensor (dequantized once), or None if it is not constant."""
@@ -63,3 +71,17 @@ class PartitionView:
         while t in self.written_as:
             t = self.written_as[t]
         return t
+
+
+@dataclass
+class PassResult:
+    """What one pass did to a partition, as TFLite's transformations report it: the rewrites it applied, and
+    the candidates it looked at and declined, each with the reason."""
+
+    name: str
+    applied: list[str] = field(default_factory=list)
+    declined: list[str] = field(default_factory=list)
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.applied)

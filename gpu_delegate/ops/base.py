@@ -5,10 +5,13 @@ An op is one class, registered under its TFLite name, that holds everything abou
     @register
     class Conv2D(Op):
         name = "CONV_2D"
+        max_version = 8
+        def check(node, graph): ...                # validate at load: ModelError naming what is wrong
         def infer(node, graph, shapes): ...        # output shapes from input shapes (and constants)
         def run_cpu(node, graph, inputs): ...      # the CPU kernel (numba, in gpu_delegate/cpu/)
         def gpu_support(node, graph): ...          # True, or why the GPU path cannot take this node
-        def lower(node, graph, builder): ...       # the GPU kernel(s) for this node (gpu_delegate/kernels/)
+        def lower(node, graph, ctx): ...           # the GPU kernel calls (kernels/), via lowering.context
+        def gpu_expr(node, graph): ...             # elementwise ops: the result as a dialect expression
 
 All methods are static: an op has no state. Attributes come from ``node.attrs`` (see graph.py).
 """
@@ -20,8 +23,9 @@ from typing import ClassVar
 
 import numpy as np
 
-from ..errors import ModelError
+from ..errors import KERNEL_FAULTS, DelegateError, ModelError
 from ..graph import Graph, Node
+from ..lowering.context import LowerContext
 
 REGISTRY: dict[str, type[Op]] = {}
 
@@ -68,7 +72,39 @@ class Op:
         (input 1), e.g. ``"a + b"``. Such an op can be fused into the kernel that produces its input."""
         return None
 
-    # GPU ops also define ``lower(node, graph, ctx)``: emit kernel calls through a lowering.emit.LowerContext.
+    @staticmethod
+    def lower(node: Node, graph: Graph, ctx: LowerContext) -> None:
+        """Emit the node's GPU kernel calls through ``ctx``. Ops with a GPU kernel override this; gpu_support
+        has said yes before it is called."""
+        raise NotImplementedError(f"{node}: no GPU lowering")
+
+    @classmethod
+    def has_gpu_kernel(cls) -> bool:
+        return cls.lower is not Op.lower
+
+
+def run_node(node: Node, graph: Graph, inputs: list[np.ndarray | None], where: str = "") -> list[np.ndarray]:
+    """Run one node on its CPU kernel: outputs in the dtypes of the node's output tensors. A fault of the kernel
+    on shapes or values the loader could not rule out becomes a ModelError naming the node (and ``where``, the
+    model's source)."""
+    op = get_op(node.op)
+    if op is None:
+        raise ModelError(f"{where + ': ' if where else ''}{node} uses op {node.op}, which no kernel implements")
+    try:
+        outs = op.run_cpu(node, graph, inputs)
+    except ModelError:
+        raise
+    except KERNEL_FAULTS as e:
+        raise ModelError(f"{where + ': ' if where else ''}{node} cannot run: {type(e).__name__}: {e}") from None
+    return [np.asarray(v, graph.tensors[t].dtype) for t, v in zip(node.outputs, outs)]
+
+
+def lower_elementwise(node: Node, graph: Graph, ctx: LowerContext) -> None:
+    """``Op.lower`` of an op defined on the GPU by its ``gpu_expr`` alone, when no producer took it as a post-op."""
+    expr = REGISTRY[node.op].gpu_expr(node, graph)
+    if expr is None:
+        raise DelegateError(f"{node}: no GPU expression for these operands")
+    ctx.elementwise(node, expr)
 
 
 def register(cls: type[Op]) -> type[Op]:
@@ -83,30 +119,7 @@ def get_op(name: str) -> type[Op] | None:
     return REGISTRY.get(name)
 
 
-# -- helpers op modules share ----------------------------------------------------------------------------
-
-def const_input(node: Node, graph: Graph, i: int, what: str) -> np.ndarray:
-    """The constant data of input ``i``; a ModelError if it is not a constant."""
-    t = node.inputs[i] if i < len(node.inputs) else -1
-    if t < 0 or graph.tensors[t].data is None:
-        raise ModelError(f"{node}: input {i} ({what}) must be a constant tensor")
-    return graph.tensors[t].data
-
-
-def input_count(node: Node, low: int, high: int | None = None) -> None:
-    high = low if high is None else high
-    n = len(node.inputs)
-    if not low <= n <= high:
-        want = str(low) if low == high else f"{low} to {high}"
-        raise ModelError(f"{node}: expects {want} inputs, has {n}")
-
-
-def prepared(graph: Graph, key: tuple, make: Callable[[], object]):
-    """Memoize a value derived from constants (dequantized weights, re-laid-out filters) on the graph."""
-    cache = graph.__dict__.setdefault("_prepared", {})
-    if key not in cache:
-        cache[key] = make()
-    return cache[key]
+# -- helpers op modules share (validation helpers: checks.py) -------------------------------------------------
 
 
 def broadcast_shape(a: tuple[int, ...], b: tuple[int, ...], node: Node) -> tuple[int, ...]:
@@ -114,3 +127,15 @@ def broadcast_shape(a: tuple[int, ...], b: tuple[int, ...], node: Node) -> tuple
         return tuple(np.broadcast_shapes(a, b))
     except ValueError:
         raise ModelError(f"{node}: shapes {list(a)} and {list(b)} do not broadcast") from None
+
+
+def with_const(node: Node, graph: Graph, i: int, tag: str, make: Callable[[], object]):
+    """make(), memoized on the graph when input i does not change between invokes (weights, nearly always)."""
+    if graph.constant_like(node.inputs[i] if i < len(node.inputs) else -1):
+        return graph.prepared((tag, node.index), make)
+    return make()
+
+
+def as_f32(x: np.ndarray) -> np.ndarray:
+    """A C-contiguous, writable float32 array: what the numba kernels are compiled for."""
+    return np.require(x, np.float32, ("C", "W"))

@@ -17,91 +17,18 @@ import numpy as np
 
 from ..cpu import conv as K
 from ..cpu.quant import activation_range, dequantize, quantize_multipliers
-from ..errors import DelegateError, ModelError
-from ..graph import ACT_SIGN_BIT, ACT_TANH, PADDING_SAME, PADDING_VALID, Graph, Node, Tensor
-from .base import Op, input_count, prepared, register
+from ..lowering.context import LowerContext
+from ..errors import ModelError
+from ..graph import ACT_SIGN_BIT, ACT_TANH, Graph, Node, Tensor
+from ..phwc4 import slices, to_rows
+from .base import as_f32, Op, register, with_const
+from .checks import F32, I32, I8, input_count, need_rank, output_of, scalar_quant, tensor_of, U8
+from .window import act_defines, activation, gpu_check, need_window, window_attrs
 
 FLOAT, HYBRID, QUANT = "float", "hybrid", "quant"
-F32, I8, U8, I32 = np.dtype(np.float32), np.dtype(np.int8), np.dtype(np.uint8), np.dtype(np.int32)
 
 
 # -- helpers shared by the ops of this family (pool.py uses some) --------------------------------------------
-
-def tensor_of(node: Node, graph: Graph, i: int) -> Tensor | None:
-    """Input i's tensor, None when omitted."""
-    t = node.inputs[i] if i < len(node.inputs) else -1
-    return graph.tensors[t] if t >= 0 else None
-
-
-def output_of(node: Node, graph: Graph) -> Tensor:
-    if len(node.outputs) != 1:
-        raise ModelError(f"{node}: expects 1 output, has {len(node.outputs)}")
-    return graph.tensors[node.outputs[0]]
-
-
-def need_rank(node: Node, t: Tensor, rank: int, what: str) -> None:
-    if len(t.shape) != rank:
-        raise ModelError(f"{node}: {what} must have rank {rank}, has shape {list(t.shape)}")
-
-
-def activation(node: Node) -> int:
-    code = int(node.attrs.get("fused_activation_function", 0))
-    if not 0 <= code <= 5:
-        raise ModelError(f"{node}: unknown fused_activation_function {code}")
-    return code
-
-
-def window_attrs(node: Node) -> tuple[int, int, int, int, int]:
-    """(padding, stride_h, stride_w, dilation_h, dilation_w) from the options, validated."""
-    a = node.attrs
-    padding = int(a.get("padding", PADDING_SAME))
-    if padding not in (PADDING_SAME, PADDING_VALID):
-        raise ModelError(f"{node}: unknown padding {padding} (0 = SAME, 1 = VALID)")
-    sh, sw = int(a.get("stride_h", 0)), int(a.get("stride_w", 0))
-    dh, dw = int(a.get("dilation_h_factor", 1)), int(a.get("dilation_w_factor", 1))
-    if sh < 1 or sw < 1:
-        raise ModelError(f"{node}: strides must be >= 1, got stride_h={sh} stride_w={sw}")
-    if dh < 1 or dw < 1:
-        raise ModelError(f"{node}: dilation factors must be >= 1, got {dh}, {dw}")
-    return padding, sh, sw, dh, dw
-
-
-def need_window(node: Node, win: K.Window) -> K.Window:
-    if win.oh < 1 or win.ow < 1:
-        raise ModelError(f"{node}: the window leaves an empty output ({win.oh}x{win.ow})")
-    return win
-
-
-def scalar_quant(node: Node, t: Tensor, what: str) -> tuple[float, int]:
-    if t.quant is None:
-        raise ModelError(f"{node}: quantized {what} tensor {t.name!r} has no quantization parameters")
-    if t.quant.per_channel:
-        raise ModelError(f"{node}: {what} tensor {t.name!r} must be quantized per tensor")
-    return t.quant.scalar()
-
-
-def from_constants(graph: Graph, t: int) -> bool:
-    """Tensor t is a constant, or the output of a DEQUANTIZE / DENSIFY of constants (fp16 and sparse
-    weights): the same value at every invoke."""
-    if t < 0:
-        return False
-    if graph.tensors[t].data is not None:
-        return True
-    producer = prepared(graph, ("producers",), graph.producers).get(t)
-    return producer is not None and graph.nodes[producer].op in ("DEQUANTIZE", "DENSIFY") and all(
-        i < 0 or graph.tensors[i].data is not None for i in graph.nodes[producer].inputs)
-
-
-def with_const(node: Node, graph: Graph, i: int, tag: str, make: Callable[[], object]):
-    """make(), memoized on the graph when input i does not change between invokes (weights, nearly always)."""
-    if from_constants(graph, node.inputs[i] if i < len(node.inputs) else -1):
-        return prepared(graph, (tag, node.index), make)
-    return make()
-
-
-def as_f32(x: np.ndarray) -> np.ndarray:
-    """A C-contiguous, writable float32 array: what the numba kernels are compiled for."""
-    return np.require(x, np.float32, ("C", "W"))
 
 
 def float_bias(node: Node, graph: Graph, inputs: list, i: int) -> np.ndarray | None:
@@ -216,7 +143,7 @@ class Conv2D(Op):
         return conv2d_gpu_support(node, graph)
 
     @staticmethod
-    def lower(node: Node, graph: Graph, ctx) -> None:
+    def lower(node: Node, graph: Graph, ctx: LowerContext) -> None:
         lower_conv2d(node, ctx)
 
     @staticmethod
@@ -262,7 +189,7 @@ class Conv2D(Op):
                     for g in range(groups)]
 
         ms = with_const(node, graph, 1, "quant_matrix", mats)
-        rq = prepared(graph, ("requant", node.index),
+        rq = graph.prepared(("requant", node.index),
                       lambda: requant_params(node, xt, wt, yt, o, per_channel_math=xt.dtype == I8))
         return [K.conv2d_quant(x, xt.quant.scalar()[1], ms, win, int_bias(inputs, 2, o), rq)]
 
@@ -301,7 +228,7 @@ class DepthwiseConv2D(Op):
         return gpu_check(DepthwiseConv2D, node, graph, {1: "filter", 2: "bias"})
 
     @staticmethod
-    def lower(node: Node, graph: Graph, ctx) -> None:
+    def lower(node: Node, graph: Graph, ctx: LowerContext) -> None:
         lower_depthwise(node, ctx)
 
     @staticmethod
@@ -342,7 +269,7 @@ class DepthwiseConv2D(Op):
                                       bias if bias is not None else np.zeros(oc, np.float32), win, lo, hi)]
         wk = with_const(node, graph, 1, "dw_quant",
                         lambda: as_f32(w[0].astype(np.int64) - filter_zp(wt, oc).reshape(1, 1, -1)))
-        rq = prepared(graph, ("requant", node.index),
+        rq = graph.prepared(("requant", node.index),
                       lambda: requant_params(node, xt, wt, yt, oc, per_channel_math=xt.dtype == I8))
         xs = K.shifted_f32(x, xt.quant.scalar()[1])
         return [K.depthwise_quant(_repeat_channels(xs, mult), wk, win, int_bias(inputs, 2, oc), rq)]
@@ -392,7 +319,7 @@ def transpose_conv(node: Node, graph: Graph, inputs: list, xi: int, wi: int, bi:
         return y.reshape(n, oh, ow, o)
     qm = with_const(node, graph, wi, "tconv_quant", lambda: K.quant_matrix(
         w.transpose(3, 1, 2, 0).reshape(ci, -1), np.tile(filter_zp(wt, o), kh * kw)))
-    rq = prepared(graph, ("requant", node.index),
+    rq = graph.prepared(("requant", node.index),
                   lambda: requant_params(node, xt, wt, yt, o, per_channel_math=xt.dtype == I8))
     xs, shift = K.int8_range(x.reshape(-1, ci))
     x_zp = xt.quant.scalar()[1] - shift
@@ -436,7 +363,7 @@ class TransposeConv(Op):
         return gpu_check(TransposeConv, node, graph, {1: "weights", 3: "bias"})
 
     @staticmethod
-    def lower(node: Node, graph: Graph, ctx) -> None:
+    def lower(node: Node, graph: Graph, ctx: LowerContext) -> None:
         _, pads, strides = _tconv_geometry(node, graph, ctx.shape(ctx.input(node, 1)))
         lower_transpose_conv(node, ctx, 2, 1, 3, pads, strides, activation(node))
 
@@ -504,7 +431,7 @@ class Convolution2DTransposeBias(Op):
         return gpu_check(Convolution2DTransposeBias, node, graph, {1: "weights", 2: "bias"})
 
     @staticmethod
-    def lower(node: Node, graph: Graph, ctx) -> None:
+    def lower(node: Node, graph: Graph, ctx: LowerContext) -> None:
         _, pads, strides = _mediapipe_geometry(node, ctx.shape(ctx.input(node, 0)),
                                            ctx.shape(ctx.input(node, 1)))
         lower_transpose_conv(node, ctx, 0, 1, 2, pads, strides, 0)
@@ -556,7 +483,7 @@ class FullyConnected(Op):
         return gpu_check(FullyConnected, node, graph, {1: "weights", 2: "bias"})
 
     @staticmethod
-    def lower(node: Node, graph: Graph, ctx) -> None:
+    def lower(node: Node, graph: Graph, ctx: LowerContext) -> None:
         lower_fully_connected(node, ctx)
 
     @staticmethod
@@ -600,7 +527,7 @@ class FullyConnected(Op):
             y = K.linear_float(as_f32(x2), wm, float_bias(node, graph, inputs, 2), lo, hi)
             return [y.reshape(shape)]
         qm = with_const(node, graph, 1, "quant_matrix", lambda: K.quant_matrix(w.T, filter_zp(wt, o)))
-        rq = prepared(graph, ("requant", node.index),
+        rq = graph.prepared(("requant", node.index),
                       lambda: requant_params(node, xt, wt, yt, o, per_channel_math=wt.quant.per_channel))
         xs, shift = K.int8_range(x2)
         out = K.linear_quant(xs, xt.quant.scalar()[1] - shift, qm, int_bias(inputs, 2, o), rq)
@@ -637,7 +564,7 @@ class BatchMatMul(Op):
         return batch_matmul_gpu_support(node, graph)
 
     @staticmethod
-    def lower(node: Node, graph: Graph, ctx) -> None:
+    def lower(node: Node, graph: Graph, ctx: LowerContext) -> None:
         lower_batch_matmul(node, ctx)
 
     @staticmethod
@@ -678,7 +605,7 @@ class BatchMatMul(Op):
             y = np.matmul(x, w)
         if kind != QUANT:
             return [y.astype(np.float32, copy=False)]
-        rq = prepared(graph, ("requant", node.index),
+        rq = graph.prepared(("requant", node.index),
                       lambda: requant_params(node, xt, wt, yt, shape[-1], per_channel_math=False))
         acc = np.ascontiguousarray(y.reshape(-1, shape[-1]))
         return [K.requantize(acc, np.zeros(shape[-1], np.int64), rq).reshape(shape)]
@@ -690,35 +617,11 @@ class BatchMatMul(Op):
         return int(np.prod(shape, dtype=np.int64)) * k
 
 
-# -- the GPU side (kernels/conv2d.cl and friends): support, blocking, weight layouts ----------------------------
+# -- the GPU side (kernels/dialect/conv2d.dialect and friends): support, blocking, weight layouts -------------
 #
 # Every weight layout is built once per preparation through ctx.const, in the order the kernel's inner loop
 # reads it. The float value of a constant comes from ctx.const_data (int8 / fp16 / hybrid already
 # dequantized); quantized models run in float, with the framework's fake-quant after each op.
-
-MAX_GPU_DILATION = 4096
-
-
-def gpu_check(op: type[Op], node: Node, graph: Graph, consts: dict[int, str]) -> bool | str:
-    """The op's own validation and the inputs that must be constants on the GPU (or DEQUANTIZE / DENSIFY
-    of constants, which lowering folds): input slot -> what it is."""
-    try:
-        op.check(node, graph)
-    except ModelError as e:
-        return str(e)
-    for i, what in consts.items():
-        t = node.inputs[i] if i < len(node.inputs) else -1
-        if t >= 0 and not from_constants(graph, t):
-            return f"the {what} (input {i}) is computed at run time; the GPU path takes constant {what}s only"
-    dilation = max(int(node.attrs.get("dilation_h_factor", 1)), int(node.attrs.get("dilation_w_factor", 1)))
-    if dilation > MAX_GPU_DILATION:
-        # a tap's offset (kernel size x dilation) must stay far inside the kernels' int32 index arithmetic
-        return f"dilation {dilation} (the GPU path takes at most {MAX_GPU_DILATION})"
-    return True
-
-
-def _slices(channels: int) -> int:
-    return (channels + 3) // 4
 
 
 def _pow2_at_most(n: int, cap: int) -> int:
@@ -729,7 +632,7 @@ def _pow2_at_most(n: int, cap: int) -> int:
     return p
 
 
-FLAT_ROW = 16384  # conv2d_1x1.cl numbers its blocks of pixels in rows of this many work items
+FLAT_ROW = 16384  # conv2d_1x1.dialect numbers its blocks of pixels in rows of this many work items
 WIDE_PIXELS = 2048  # 1x1 layers of at least this many pixels take 8 pixels per work item on a CPU device
 
 
@@ -737,7 +640,7 @@ def gpu_blocking(device_type: str, dst_slices: int, pixels: int, flat: bool = Fa
     """(output slices, pixels) per work item. A CPU device (PoCL, llvmpipe) runs few work items at a time
     and is bound by loads: 4 x 4 gives each loaded weight row 4 uses and each input value 16 (2-3x the
     speed of one output vec4 per work item on PoCL). llvmpipe, whose every buffer load is a gather, runs
-    the 1x1 kernel 1.3-1.8x faster at 8 pixels (conv2d_1x1.cl.cl does them 4 at a time on PoCL), but
+    the 1x1 kernel 1.3-1.8x faster at 8 pixels (kernels/opencl/conv2d_1x1.cl does them 4 at a time on PoCL), but
     compiles it twice as slowly (~1.5 s): only layers of many pixels get 8. A GPU wants many more work
     items and fewer registers each."""
     cap_s, cap_x = ((4, 8 if flat and pixels >= WIDE_PIXELS else 4) if device_type == "cpu" else (2, 2))
@@ -745,33 +648,15 @@ def gpu_blocking(device_type: str, dst_slices: int, pixels: int, flat: bool = Fa
     return block_s, _pow2_at_most(pixels, cap_x)
 
 
-def act_defines(code: int) -> dict:
-    """The fused activation as the kernels' ACT / ACT_MIN / ACT_MAX: TFLite's float clamp (TANH and SIGN_BIT
-    are ignored by its conv, fully-connected and pool kernels, and so here)."""
-    lo, hi = K.float_range(code)
-    if np.isinf(lo) and np.isinf(hi):
-        return {"ACT": 0}
-    return {"ACT": 1, "ACT_MIN": float(lo), "ACT_MAX": float(hi)}
-
-
-def const_value(ctx, node: Node, t: int) -> np.ndarray:
-    """The float32 value of a constant input (gpu_check let only constants through; a DEQUANTIZE of weights
-    left in another partition would make it a run-time tensor here)."""
-    value = ctx.const_data(t)
-    if value is None:
-        raise DelegateError(f"{node}: input tensor {t} is not a constant in this GPU partition")
-    return np.asarray(value, np.float32)
-
-
 def conv_weight_rows(w: np.ndarray, block_s: int) -> np.ndarray:
-    """Filter [O, KH, KW, I] as conv2d.cl's rows [block][ky][kx][src slice][c][j]: row = the 4 output channels
+    """Filter [O, KH, KW, I] as conv2d.dialect's rows [block][ky][kx][src slice][c][j]: row = the 4 output channels
     4 * (block * block_s + j) + 0..3 for input channel 4 * (src slice) + c, zero-padded. The block_s rows of
-    one input channel are adjacent: conv2d_1x1.cl.cl reads them as one wide vector."""
+    one input channel are adjacent: kernels/opencl/conv2d_1x1.cl reads them as one wide vector."""
     o, kh, kw, i = w.shape
-    blocks = -(-_slices(o) // block_s)
-    padded = np.zeros((blocks * block_s * 4, kh, kw, _slices(i) * 4), np.float32)
+    blocks = -(-slices(o) // block_s)
+    padded = np.zeros((blocks * block_s * 4, kh, kw, slices(i) * 4), np.float32)
     padded[:o, :, :, :i] = w
-    r = padded.reshape(blocks, block_s, 4, kh, kw, _slices(i), 4)  # [blk, j, lane, ky, kx, s, c]
+    r = padded.reshape(blocks, block_s, 4, kh, kw, slices(i), 4)  # [blk, j, lane, ky, kx, s, c]
     return np.ascontiguousarray(r.transpose(0, 3, 4, 5, 6, 1, 2)).reshape(-1, 4)
 
 
@@ -796,10 +681,10 @@ def channel_rows(values: np.ndarray, n_slices: int) -> np.ndarray:
     return rows.reshape(-1, 4)
 
 
-def emit_conv(ctx, node: Node, src: int, dst: int, bias: int, w_key: str, weights: Callable[[], np.ndarray],
-              kernel_hw: tuple[int, int], stride: tuple[int, int], dilation: tuple[int, int],
-              pads: tuple[int, int], act: int) -> None:
-    """A convolution through kernels/conv2d.cl, or conv2d_1x1.cl for a 1x1 window at stride 1 without
+def emit_conv(ctx: LowerContext, node: Node, src: int, dst: int, bias: int, w_key: str,
+              weights: Callable[[], np.ndarray], kernel_hw: tuple[int, int], stride: tuple[int, int],
+              dilation: tuple[int, int], pads: tuple[int, int], act: int) -> None:
+    """A convolution through kernels/dialect/conv2d.dialect, or conv2d_1x1.dialect for a 1x1 window at stride 1 without
     padding: that one numbers pixels across the batch, which also serves a FULLY_CONNECTED whose rows are
     pixels (src and dst then differ in shape but not in pixel count). ``weights()`` gives the dense filter
     [O, KH, KW, I]; its layout is keyed by ``w_key`` and the blocking."""
@@ -808,118 +693,118 @@ def emit_conv(ctx, node: Node, src: int, dst: int, bias: int, w_key: str, weight
     (kh, kw), (sh, sw), (dh, dw), (pt, pl) = kernel_hw, stride, dilation, pads
     flat = (kh, kw, sh, sw, pt, pl) == (1, 1, 1, 1, 0, 0) and b * h * w == ob * oh * ow and \
         (node.op == "FULLY_CONNECTED" or (h, w) == (oh, ow))
-    block_s, block_x = gpu_blocking(ctx.device_type, _slices(oc), ob * oh * ow if flat else ow, flat)
-    blocks = -(-_slices(oc) // block_s)
+    block_s, block_x = gpu_blocking(ctx.device_type, slices(oc), ob * oh * ow if flat else ow, flat)
+    blocks = -(-slices(oc) // block_s)
     consts = {"w": ctx.const(f"{w_key}:{block_s}", lambda: conv_weight_rows(weights(), block_s))}
     if bias >= 0:
         consts["bias"] = ctx.const(f"conv_bias:{bias}:{blocks * block_s}",
-                                   lambda: channel_rows(const_value(ctx, node, bias), blocks * block_s))
+                                   lambda: channel_rows(ctx.const_value(node, bias), blocks * block_s))
     defines = {"BLOCK_S": block_s, "BLOCK_X": block_x, "HAS_BIAS": int(bias >= 0), **act_defines(act)}
     if flat:
         pix_blocks = -(-ob * oh * ow // block_x)
         defines["PIX_BLOCKS"] = pix_blocks
         grid = (min(pix_blocks, FLAT_ROW), -(-pix_blocks // FLAT_ROW), blocks)
-        ctx.kernel("conv2d_1x1", {"src": src}, {"dst": dst}, consts, defines, grid)
+        ctx.kernel("conv2d_1x1", {"src": src}, {"dst": dst}, consts, defines, grid, variants={"opencl": "conv2d_1x1"})
         return
     masked = pt > 0 or pl > 0 or (oh - 1) * sh - pt + (kh - 1) * dh >= h or (ow - 1) * sw - pl + (kw - 1) * dw >= w
     defines.update({"KH": kh, "KW": kw, "SH": sh, "SW": sw, "DH": dh, "DW": dw, "PT": pt, "PL": pl,
                     "DST_BLOCKS": blocks, "MASKED": int(masked)})
-    ctx.kernel("conv2d", {"src": src}, {"dst": dst}, consts, defines, (-(-ow // block_x), oh, ob * blocks))
+    ctx.kernel("conv2d", {"src": src}, {"dst": dst}, consts, defines, (-(-ow // block_x), oh, ob * blocks),
+               variants={"opencl": "conv2d"})
 
 
-def lower_conv2d(node: Node, ctx) -> None:
+def lower_conv2d(node: Node, ctx: LowerContext) -> None:
     src, wt, bias, dst = ctx.input(node, 0), ctx.input(node, 1), ctx.input(node, 2), ctx.output(node)
     xs = ctx.shape(src)
-    o, kh, kw, cg = const_value(ctx, node, wt).shape
+    o, kh, kw, cg = ctx.const_value(node, wt).shape
     _, sh, sw, dh, dw = window_attrs(node)
     groups = xs[3] // cg
     pads = ctx.padding(node, (xs[1], xs[2]), (kh, kw), (sh, sw), (dh, dw))
     emit_conv(ctx, node, src, dst, bias, f"conv_w:{wt}:{groups}",
-              lambda: dense_filter(const_value(ctx, node, wt), groups), (kh, kw), (sh, sw), (dh, dw), pads,
+              lambda: dense_filter(ctx.const_value(node, wt), groups), (kh, kw), (sh, sw), (dh, dw), pads,
               activation(node))
 
 
-def lower_depthwise(node: Node, ctx) -> None:
+def lower_depthwise(node: Node, ctx: LowerContext) -> None:
     src, wt, bias, dst = ctx.input(node, 0), ctx.input(node, 1), ctx.input(node, 2), ctx.output(node)
     b, h, w, c = ctx.bhwc(src)
     ob, oh, ow, oc = ctx.bhwc(dst)
-    _, kh, kw, _ = const_value(ctx, node, wt).shape
+    _, kh, kw, _ = ctx.const_value(node, wt).shape
     _, sh, sw, dh, dw = window_attrs(node)
     pt, pl = ctx.padding(node, (h, w), (kh, kw), (sh, sw), (dh, dw))
     block_x = _pow2_at_most(ow, 4 if ctx.device_type == "cpu" else 2)
-    s = _slices(oc)
+    s = slices(oc)
 
     def rows() -> np.ndarray:  # [1, KH, KW, OC] -> [slice][ky][kx], 4 channels a row
         padded = np.zeros((kh, kw, s * 4), np.float32)
-        padded[:, :, :oc] = const_value(ctx, node, wt).reshape(kh, kw, oc)
+        padded[:, :, :oc] = ctx.const_value(node, wt).reshape(kh, kw, oc)
         return np.ascontiguousarray(padded.reshape(kh, kw, s, 4).transpose(2, 0, 1, 3)).reshape(-1, 4)
 
     consts = {"w": ctx.const(f"dw_w:{wt}", rows)}
     if bias >= 0:
-        consts["bias"] = ctx.const(f"conv_bias:{bias}:{s}", lambda: channel_rows(const_value(ctx, node, bias), s))
+        consts["bias"] = ctx.const(f"conv_bias:{bias}:{s}", lambda: channel_rows(ctx.const_value(node, bias), s))
     masked = pl > 0 or (ow - 1) * sw - pl + (kw - 1) * dw >= w
     defines = {"KH": kh, "KW": kw, "SH": sh, "SW": sw, "DH": dh, "DW": dw, "PT": pt, "PL": pl,
                "BLOCK_X": block_x, "MULT": oc // c, "MASKED": int(masked), "HAS_BIAS": int(bias >= 0),
                **act_defines(activation(node))}
-    ctx.kernel("depthwise_conv2d", {"src": src}, {"dst": dst}, consts, defines, (-(-ow // block_x), oh, ob * s))
+    ctx.kernel("depthwise_conv2d", {"src": src}, {"dst": dst}, consts, defines, (-(-ow // block_x), oh, ob * s),
+               variants={"opencl": "depthwise_conv2d"})
 
 
-def lower_transpose_conv(node: Node, ctx, xi: int, wi: int, bi: int, pads: tuple[int, int],
+def lower_transpose_conv(node: Node, ctx: LowerContext, xi: int, wi: int, bi: int, pads: tuple[int, int],
                          strides: tuple[int, int], act: int) -> None:
     src, wt, dst = ctx.input(node, xi), ctx.input(node, wi), ctx.output(node)
     bias = ctx.input(node, bi)
     ob, oh, ow, oc = ctx.bhwc(dst)
-    _, kh, kw, _ = const_value(ctx, node, wt).shape
-    block_s = gpu_blocking(ctx.device_type, _slices(oc), 1)[0]
-    blocks = -(-_slices(oc) // block_s)
+    _, kh, kw, _ = ctx.const_value(node, wt).shape
+    block_s = gpu_blocking(ctx.device_type, slices(oc), 1)[0]
+    blocks = -(-slices(oc) // block_s)
     consts = {"w": ctx.const(f"tconv_w:{wt}:{block_s}",
-                             lambda: conv_weight_rows(const_value(ctx, node, wt), block_s))}
+                             lambda: conv_weight_rows(ctx.const_value(node, wt), block_s))}
     if bias >= 0:
         consts["bias"] = ctx.const(f"conv_bias:{bias}:{blocks * block_s}",
-                                   lambda: channel_rows(const_value(ctx, node, bias), blocks * block_s))
+                                   lambda: channel_rows(ctx.const_value(node, bias), blocks * block_s))
     defines = {"KH": kh, "KW": kw, "SH": strides[0], "SW": strides[1], "PT": pads[0], "PL": pads[1],
                "BLOCK_S": block_s, "DST_BLOCKS": blocks, "HAS_BIAS": int(bias >= 0), **act_defines(act)}
     ctx.kernel("conv_transpose", {"src": src}, {"dst": dst}, consts, defines, (ow, oh, ob * blocks))
 
 
-def lower_fully_connected(node: Node, ctx) -> None:
+def lower_fully_connected(node: Node, ctx: LowerContext) -> None:
     src, wt, bias, dst = ctx.input(node, 0), ctx.input(node, 1), ctx.input(node, 2), ctx.output(node)
-    o, k = const_value(ctx, node, wt).shape
+    o, k = ctx.const_value(node, wt).shape
     if ctx.bhwc(src)[3] == k:  # rows are pixels: a 1x1 convolution
-        emit_conv(ctx, node, src, dst, bias, f"fc_w:{wt}", lambda: const_value(ctx, node, wt).reshape(o, 1, 1, k),
+        emit_conv(ctx, node, src, dst, bias, f"fc_w:{wt}", lambda: ctx.const_value(node, wt).reshape(o, 1, 1, k),
                   (1, 1), (1, 1), (1, 1), (0, 0), activation(node))
         return
-    s = _slices(o)
+    s = slices(o)
 
     def rows() -> np.ndarray:  # [O, K] -> [slice][k], 4 outputs a row
         padded = np.zeros((s * 4, k), np.float32)
-        padded[:o] = const_value(ctx, node, wt)
+        padded[:o] = ctx.const_value(node, wt)
         return np.ascontiguousarray(padded.reshape(s, 4, k).transpose(0, 2, 1)).reshape(-1, 4)
 
     consts = {"w": ctx.const(f"fc_rows:{wt}", rows)}
     if bias >= 0:
-        consts["bias"] = ctx.const(f"conv_bias:{bias}:{s}", lambda: channel_rows(const_value(ctx, node, bias), s))
+        consts["bias"] = ctx.const(f"conv_bias:{bias}:{s}", lambda: channel_rows(ctx.const_value(node, bias), s))
     ob, oh, ow, _ = ctx.bhwc(dst)
     defines = {"K": k, "HAS_BIAS": int(bias >= 0), **act_defines(activation(node))}
     ctx.kernel("fully_connected", {"src": src}, {"dst": dst}, consts, defines, (ob * oh * ow, s, 1))
 
 
-def lower_batch_matmul(node: Node, ctx) -> None:
+def lower_batch_matmul(node: Node, ctx: LowerContext) -> None:
     x, y, dst = ctx.input(node, 0), ctx.input(node, 1), ctx.output(node)
     _, k = _bmm_dims(node, ctx.shape(x), ctx.shape(y))
     yb, yh, yw, yc = ctx.bhwc(y)
     defines = {"K": k, "ADJ_X": int(bool(node.attrs.get("adj_x", False))),
                "ADJ_Y": int(bool(node.attrs.get("adj_y", False))), "Y_CONST": int(ctx.is_const(y)),
-               "Y_B": yb, "Y_H": yh, "Y_W": yw, "Y_C": yc, "Y_S": _slices(yc)}
+               "Y_B": yb, "Y_H": yh, "Y_W": yw, "Y_C": yc, "Y_S": slices(yc)}
     inputs, consts = {"x": x}, {}
     if ctx.is_const(y):
-        from ..lowering.emit import to_phwc4  # the lowering imports the ops
-
-        consts["yc"] = ctx.const(f"bmm_rhs:{y}", lambda: to_phwc4(const_value(ctx, node, y).reshape(yb, yh, yw, yc)))
+        consts["yc"] = ctx.const(f"bmm_rhs:{y}", lambda: to_rows(ctx.const_value(node, y), (yb, yh, yw, yc)))
     else:
         inputs["y"] = y
     ob, oh, ow, oc = ctx.bhwc(dst)
-    ctx.kernel("batch_matmul", inputs, {"dst": dst}, consts, defines, (ow, oh, ob * _slices(oc)))
+    ctx.kernel("batch_matmul", inputs, {"dst": dst}, consts, defines, (ow, oh, ob * slices(oc)))
 
 
 MAX_GPU_GROUPS = 8  # a grouped filter runs as a dense one: groups times the work
@@ -940,7 +825,7 @@ def batch_matmul_gpu_support(node: Node, graph: Graph) -> bool | str:
     verdict = gpu_check(BatchMatMul, node, graph, {})
     if verdict is not True:
         return verdict
-    if from_constants(graph, node.inputs[0]):
+    if graph.constant_like(node.inputs[0]):
         return "the first operand is a constant (the GPU path takes a constant second operand only)"
     for t in node.inputs:
         if len(graph.tensors[t].shape) > 4:

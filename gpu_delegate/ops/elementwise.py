@@ -44,9 +44,10 @@ from ..cpu.elementwise import (
 from ..cpu.quant import activation_range, dequantize, dtype_range, quantize, quantize_multiplier
 from ..errors import ModelError
 from ..graph import ACT_NONE, ACT_RELU6, Graph, Node, Tensor
-from ..lowering.plan import slices
-from .base import Op, broadcast_shape, prepared, register
-from .quantize import arity, check_type, is_quantized, per_tensor
+from ..lowering.context import LowerContext
+from ..phwc4 import slices
+from .base import broadcast_shape, lower_elementwise, Op, register
+from .checks import arity, check_type, is_quantized, per_tensor
 
 Shapes = list[tuple[int, ...] | None]
 _ACT = "fused_activation_function"
@@ -66,10 +67,6 @@ def _int_zero_check(node: Node, b: np.ndarray) -> None:
 
 
 # -- GPU forms ------------------------------------------------------------------------------------------
-
-def _lower_elementwise(node: Node, graph: Graph, ctx) -> None:
-    ctx.elementwise(node)
-
 
 def _f(x: float) -> str:
     """A float constant in the kernel dialect, as an FLT4."""
@@ -127,7 +124,7 @@ class _Unary(Op):
     def gpu_support(node: Node, graph: Graph) -> bool | str:
         return True
 
-    lower = staticmethod(_lower_elementwise)
+    lower = staticmethod(lower_elementwise)
 
     @staticmethod
     def compute(x: np.ndarray, attrs: dict) -> np.ndarray:
@@ -152,7 +149,7 @@ class _Unary(Op):
         if is_quantized(tx):
             qi, qo = tx.quant.scalar(), ty.quant.scalar()
             if x.dtype.itemsize == 1:
-                table = prepared(graph, ("elementwise.lut", node.index), lambda: cls.table(node, qi, qo, x.dtype))
+                table = graph.prepared(("elementwise.lut", node.index), lambda: cls.table(node, qi, qo, x.dtype))
                 return [apply_lut(table, x, ty.dtype)]
             with np.errstate(all="ignore"):
                 return [quantize(cls.compute(dequantize(x, *qi), node.attrs), *qo, ty.dtype)]
@@ -425,7 +422,7 @@ class Cast(Op):
         return True
 
     gpu_expr = staticmethod(lambda node, graph: "a")
-    lower = staticmethod(_lower_elementwise)
+    lower = staticmethod(lower_elementwise)
 
 
 # -- binary ---------------------------------------------------------------------------------------------
@@ -455,7 +452,7 @@ class _Binary(Op):
             return f"fused activation {act} (TANH or SIGN_BIT), which TFLite's kernels do not apply to {node.op}"
         return _not_all_const(node, graph)
 
-    lower = staticmethod(_lower_elementwise)
+    lower = staticmethod(lower_elementwise)
 
     @staticmethod
     def compute(node: Node, a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -749,7 +746,7 @@ class Prelu(Op):
 
     gpu_support = staticmethod(_not_all_const)
     gpu_expr = staticmethod(lambda node, graph: "SELECT4(a * b, a, GE4(a, SPLAT(0.0f)))")
-    lower = staticmethod(_lower_elementwise)
+    lower = staticmethod(lower_elementwise)
 
 
 # inputs summed per kernel pass: with the output, the 4 storage buffers GL ES 3.1 guarantees a shader
@@ -787,12 +784,10 @@ class AddN(Op):
     gpu_support = staticmethod(_not_all_const)
 
     @staticmethod
-    def lower(node: Node, graph: Graph, ctx) -> None:
-        """kernels/add_n.cl over up to ADD_N_PER_PASS inputs at a time, in input order. Passes after the
+    def lower(node: Node, graph: Graph, ctx: LowerContext) -> None:
+        """kernels/dialect/add_n.dialect over up to ADD_N_PER_PASS inputs at a time, in input order. Passes after the
         first add to the partial sum already in the output; only the last writes it as "dst", so fused
         post-ops (and fake-quant) see the whole sum."""
-        from ..lowering.emit import to_phwc4  # lowering imports the ops: not at module level
-
         out = ctx.output(node)
         b, h, w, c = ctx.bhwc(out)
         grid = (w, h, b * slices(c))
@@ -804,8 +799,7 @@ class AddN(Op):
             tensors, consts = {}, {}
             for k, t in enumerate(group):
                 if ctx.is_const(t):
-                    consts[f"x{k}"] = ctx.const(f"addn:{t}", lambda t=t: to_phwc4(
-                        np.asarray(ctx.const_data(t), np.float32).reshape(ctx.bhwc(t))))
+                    consts[f"x{k}"] = ctx.const_tensor("addn", t)
                 else:
                     tensors[f"x{k}"] = t
                 terms.append(f"x{k}_read(i)")

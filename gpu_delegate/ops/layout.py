@@ -8,9 +8,9 @@ Some of these ops take their parameters (a new shape, slice bounds, paddings) fr
 is a constant, `infer` computes the output shape from it; when a node computes it at run time, `infer`
 returns the shape the model declares and `run_cpu` uses the actual values.
 
-On the GPU these parameters must be constants. The kernels: remap.cl (slices, transposes, tiles, splits),
-pad.cl (constant and mirror padding), concat.cl (CONCATENATION, PACK), reshape.cl, gather.cl,
-depth_to_space.cl and space_to_depth.cl; SHAPE and ONE_HOT produce integers and stay on the CPU.
+On the GPU these parameters must be constants. The kernels: remap.dialect (slices, transposes, tiles, splits),
+pad.dialect (constant and mirror padding), concat.dialect (CONCATENATION, PACK), reshape.dialect, gather.dialect,
+depth_to_space.dialect and space_to_depth.dialect; SHAPE and ONE_HOT produce integers and stay on the CPU.
 """
 
 from __future__ import annotations
@@ -20,9 +20,12 @@ import numpy as np
 from ..cpu import layout as k
 from ..cpu.activation import apply_activation
 from ..cpu.quant import activation_range
+from ..lowering.context import LowerContext
 from ..errors import DelegateError, ModelError
 from ..graph import ACT_NONE, ACT_SIGN_BIT, Graph, Node
-from .base import Op, input_count, prepared, register
+from ..phwc4 import bhwc, same_layout, slices
+from .base import Op, register
+from .checks import input_count
 
 Shape = tuple[int, ...]
 
@@ -86,24 +89,12 @@ def _outputs(node: Node, low: int, high: int | None = None) -> None:
 MAX_CONCAT_PARTS = 8  # buffers per kernel: llvmpipe allows 16, and fused post-ops may add their own
 
 
-def _is_constant(graph: Graph, t: int) -> bool:
-    """A constant, or what lowering will fold into one (DEQUANTIZE / DENSIFY of constants)."""
-    if graph.tensors[t].data is not None:
-        return True
-    producer = prepared(graph, ("producers",), graph.producers).get(t)
-    if producer is None:
-        return False
-    node = graph.nodes[producer]
-    return node.op in ("DEQUANTIZE", "DENSIFY") and all(i < 0 or graph.tensors[i].data is not None
-                                                         for i in node.inputs)
-
-
 def _gpu_check(node: Node, graph: Graph, data: tuple[int, ...] = (0,), params: dict[int, str] | None = None,
                plan=None) -> bool | str:
     """The limits every layout op shares: ``data`` inputs computed at run time, ``params`` inputs constant,
     no empty tensor, and ``plan(node, graph)`` (the op's own parameter check) not raising."""
     for i in data:
-        if _is_constant(graph, node.inputs[i]):
+        if graph.constant_like(node.inputs[i]):
             return f"input {i} is a constant (the GPU path moves run-time data only)"
     for i, what in (params or {}).items():
         if i >= len(node.inputs) or node.inputs[i] < 0 or graph.tensors[node.inputs[i]].data is None:
@@ -119,14 +110,9 @@ def _gpu_check(node: Node, graph: Graph, data: tuple[int, ...] = (0,), params: d
     return True
 
 
-def _grid(ctx, t: int) -> tuple[int, int, int]:
-    b, h, w, c = ctx.bhwc(t)
-    return w, h, b * ((c + 3) // 4)
-
-
-def _remap(ctx, src: int, dst: int, start: list[int], step: list[int], source: list[int],
+def _remap(ctx: LowerContext, src: int, dst: int, start: list[int], step: list[int], source: list[int],
            tile: bool = False) -> None:
-    """Emit remap.cl: along dimension i of src (its own rank), the source coordinate is start[i] + step[i] *
+    """Emit remap.dialect: along dimension i of src (its own rank), the source coordinate is start[i] + step[i] *
     (the coordinate of dst dimension source[i], in dst's own rank; -1 for none), modulo the size with tile."""
     rs, rd = len(ctx.shape(src)), len(ctx.shape(dst))
     st, sp, fr = [0] * 4, [0] * 4, [0] * 4
@@ -140,10 +126,10 @@ def _remap(ctx, src: int, dst: int, start: list[int], step: list[int], source: l
     defines = {"VEC4": vec4, "TILE": tile}
     for d, name in enumerate("BHWC"):
         defines.update({f"START_{name}": st[d], f"STEP_{name}": sp[d], f"FROM_{name}": fr[d]})
-    ctx.kernel("remap", {"src": src}, {"dst": dst}, defines=defines, grid=_grid(ctx, dst))
+    ctx.kernel("remap", {"src": src}, {"dst": dst}, defines=defines, grid=ctx.grid(dst))
 
 
-def _lower_slice(ctx, src: int, dst: int, index: list[int | range]) -> None:
+def _lower_slice(ctx: LowerContext, src: int, dst: int, index: list[int | range]) -> None:
     """A slice of src: per dimension of src a fixed index or a range of indices. The ranges of more than one
     element are dst's dimensions of size > 1, in order (dimensions of size 1 come and go freely, as in
     STRIDED_SLICE's new and shrunk axes)."""
@@ -165,33 +151,24 @@ def _lower_slice(ctx, src: int, dst: int, index: list[int | range]) -> None:
     _remap(ctx, src, dst, start, step, source)
 
 
-def _same_layout(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
-    """PHWC4 stores (b, s, y, x): two BHWC shapes index alike when B, C and H * W agree."""
-    return a[0] == b[0] and a[3] == b[3] and a[1] * a[2] == b[1] * b[2]
-
-
-def _lower_concat(ctx, node: Node, parts: list[tuple[int, tuple[int, int, int, int]]], dst: int,
+def _lower_concat(ctx: LowerContext, node: Node, parts: list[tuple[int, tuple[int, int, int, int]]], dst: int,
                   axis: int) -> None:
-    """Emit concat.cl: ``parts`` are (tensor, its BHWC view with the joined axis in place), joined along BHWC
-    ``axis``. The per-part reads are generated macros (see concat.cl); a constant part is a const buffer."""
-    from ..lowering.emit import to_phwc4
-    from ..lowering.fuse_elementwise import activation_postop
-
+    """Emit concat.dialect: ``parts`` are (tensor, its BHWC view with the joined axis in place), joined along BHWC
+    ``axis``. The per-part reads are generated macros (see concat.dialect); a constant part is a const buffer."""
     inputs, consts, starts, vecs, lanes = {}, {}, [], [], []
     pos = 0
     for n, (t, view) in enumerate(parts):
         real = ctx.bhwc(t)
         if ctx.is_const(t):
             arg = f"c{n}"
-            consts[arg] = ctx.const(f"concat_part:{t}", lambda t=t, real=real: to_phwc4(
-                np.asarray(ctx.const_data(t), np.float32).reshape(real)))
+            consts[arg] = ctx.const_tensor("concat_part", t)
         else:
             arg = f"in{n}"
             inputs[arg] = t
         _, vh, vw, vc = view
-        vs = (vc + 3) // 4
+        vs = slices(vc)
         vecs.append(f"{arg}_read(index4((b), (y), (x), (s), {vh}, {vw}, {vs}))")
-        if _same_layout(view, real):
+        if same_layout(view, real):
             lanes.append(f"LANE({arg}_read(index4((b), (y), (x), (c) / 4, {vh}, {vw}, {vs})), (c) % 4)")
         else:  # e.g. PACK along the last axis: find the element by its row-major position
             lin = f"((((b) * {vh} + (y)) * {vw} + (x)) * {vc} + (c))"
@@ -209,20 +186,18 @@ def _lower_concat(ctx, node: Node, parts: list[tuple[int, tuple[int, int, int, i
     helpers = (f"#define PART_START(k) {chain(starts)}\n"
                f"#define PART_VEC(k, b, y, x, s) {chain(vecs)}\n"
                f"#define PART_LANE(k, b, y, x, c) {chain(lanes)}\n")
-    vec4 = all(_same_layout(view, ctx.bhwc(t)) for t, view in parts) and \
+    vec4 = all(same_layout(view, ctx.bhwc(t)) for t, view in parts) and \
         (axis != 3 or all(p % 4 == 0 for p in starts))
-    act = int(node.attrs.get("fused_activation_function", ACT_NONE))
-    if act != ACT_NONE:
-        ctx.view.postops.setdefault(node.index, []).insert(0, activation_postop(act, node.index))
+    ctx.fuse_activation(node)
     ctx.kernel("concat", inputs, {"dst": dst}, consts, {"PARTS": len(parts), "AXIS": axis, "VEC4": vec4},
-               grid=_grid(ctx, dst), helpers=helpers)
+               grid=ctx.grid(dst), helpers=helpers)
 
 
-def _lower_reshape(node: Node, graph: Graph, ctx) -> None:
+def _lower_reshape(node: Node, graph: Graph, ctx: LowerContext) -> None:
     """A reshape that moves data in PHWC4 (drop_reshape has already removed those that do not)."""
     src, dst = ctx.input(node, 0), ctx.output(node, 0)
     vec4 = ctx.bhwc(src)[3] % 4 == 0 and ctx.bhwc(dst)[3] % 4 == 0
-    ctx.kernel("reshape", {"src": src}, {"dst": dst}, defines={"VEC4": vec4}, grid=_grid(ctx, dst))
+    ctx.kernel("reshape", {"src": src}, {"dst": dst}, defines={"VEC4": vec4}, grid=ctx.grid(dst))
 
 
 # -- reshaping ----------------------------------------------------------------------------------------------
@@ -416,12 +391,12 @@ class Concatenation(Op):
     def gpu_support(node, graph):
         if len(node.inputs) > MAX_CONCAT_PARTS:
             return f"{len(node.inputs)} inputs; the GPU kernel joins at most {MAX_CONCAT_PARTS}"
-        if all(_is_constant(graph, t) for t in node.inputs):
+        if all(graph.constant_like(t) for t in node.inputs):
             return "every input is a constant"
         return _gpu_check(node, graph, data=())
 
     @staticmethod
-    def lower(node, graph, ctx):
+    def lower(node: Node, graph: Graph, ctx: LowerContext) -> None:
         dst = ctx.output(node, 0)
         rank = len(ctx.shape(dst))
         axis = _axis(node, int(node.attrs.get("axis", 0)), rank) + 4 - rank
@@ -459,9 +434,7 @@ class Pack(Op):
         return Concatenation.gpu_support(node, graph)
 
     @staticmethod
-    def lower(node, graph, ctx):
-        from ..lowering.plan import bhwc
-
+    def lower(node: Node, graph: Graph, ctx: LowerContext) -> None:
         dst = ctx.output(node, 0)
         rank = len(ctx.shape(dst))
         axis = _axis(node, int(node.attrs.get("axis", 0)), rank)
@@ -504,7 +477,7 @@ class Unpack(Op):
         return _gpu_check(node, graph, plan=lambda n, g: Unpack.infer(n, g, [g.tensors[n.inputs[0]].shape]))
 
     @staticmethod
-    def lower(node, graph, ctx):
+    def lower(node: Node, graph: Graph, ctx: LowerContext) -> None:
         src = ctx.input(node, 0)
         shape = ctx.shape(src)
         axis = _axis(node, int(node.attrs.get("axis", 0)), len(shape))
@@ -567,7 +540,7 @@ class Split(Op):
                           plan=lambda n, g: Split._plan(n, g, None, g.tensors[n.inputs[1]].shape))
 
     @staticmethod
-    def lower(node, graph, ctx):
+    def lower(node: Node, graph: Graph, ctx: LowerContext) -> None:
         src = ctx.input(node, 1)
         shape = ctx.shape(src)
         axis, sizes = Split._plan(node, graph, None, shape)
@@ -616,7 +589,7 @@ class SplitV(Op):
                           plan=lambda n, g: SplitV._plan(n, g, None, g.tensors[n.inputs[0]].shape))
 
     @staticmethod
-    def lower(node, graph, ctx):
+    def lower(node: Node, graph: Graph, ctx: LowerContext) -> None:
         src = ctx.input(node, 0)
         shape = ctx.shape(src)
         axis, sizes = SplitV._plan(node, graph, None, shape)
@@ -671,7 +644,7 @@ class Slice(Op):
                           plan=lambda n, g: _slice_plan(n, g, None, g.tensors[n.inputs[0]].shape))
 
     @staticmethod
-    def lower(node, graph, ctx):
+    def lower(node: Node, graph: Graph, ctx: LowerContext) -> None:
         src = ctx.input(node, 0)
         begin, size = _slice_plan(node, graph, None, ctx.shape(src))
         _lower_slice(ctx, src, ctx.output(node, 0), [range(b, b + s) for b, s in zip(begin, size)])
@@ -794,7 +767,7 @@ class StridedSlice(Op):
                                                           *_strided_args(n, g, None)))
 
     @staticmethod
-    def lower(node, graph, ctx):
+    def lower(node: Node, graph: Graph, ctx: LowerContext) -> None:
         src = ctx.input(node, 0)
         shape = ctx.shape(src)
         eff_shape, eff_index = _strided_plan(node, shape, *_strided_args(node, graph, None))
@@ -841,7 +814,7 @@ class Transpose(Op):
                           plan=lambda n, g: _perm(n, g, None, len(g.tensors[n.inputs[0]].shape)))
 
     @staticmethod
-    def lower(node, graph, ctx):
+    def lower(node: Node, graph: Graph, ctx: LowerContext) -> None:
         src = ctx.input(node, 0)
         rank = len(ctx.shape(src))
         source = [0] * rank
@@ -884,7 +857,7 @@ class Tile(Op):
                           plan=lambda n, g: _multiples(n, g, None, len(g.tensors[n.inputs[0]].shape)))
 
     @staticmethod
-    def lower(node, graph, ctx):
+    def lower(node: Node, graph: Graph, ctx: LowerContext) -> None:
         src = ctx.input(node, 0)
         rank = len(ctx.shape(src))
         _remap(ctx, src, ctx.output(node, 0), [0] * rank, [1] * rank, list(range(rank)), tile=True)
@@ -950,7 +923,7 @@ class Gather(Op):
         return True
 
     @staticmethod
-    def lower(node, graph, ctx):
+    def lower(node: Node, graph: Graph, ctx: LowerContext) -> None:
         src, indices = ctx.input(node, 0), ctx.input(node, 1)
         shape = ctx.shape(src)
         axis, _ = _gather_axes(node, shape, ctx.shape(indices))
@@ -966,7 +939,7 @@ class Gather(Op):
                    "VEC4": axis < len(shape) - 1}
         dst = ctx.output(node, 0)
         ctx.kernel("gather", {"src": src}, {"dst": dst}, {"table": ctx.const(f"gather:{indices}", table)}, defines,
-                   grid=_grid(ctx, dst))
+                   grid=ctx.grid(dst))
 
 
 @register
@@ -1079,7 +1052,7 @@ class Pad(Op):
                           plan=lambda n, g: _paddings(n, g, None, len(g.tensors[n.inputs[0]].shape)))
 
     @staticmethod
-    def lower(node, graph, ctx):
+    def lower(node: Node, graph: Graph, ctx: LowerContext) -> None:
         src, dst = ctx.input(node, 0), ctx.output(node, 0)
         rank = len(ctx.shape(src))
         pads = np.zeros((4, 2), np.int64)
@@ -1094,7 +1067,7 @@ class Pad(Op):
         vec4 = pads[3, 0] % 4 == 0 and (not pads[3].any() or (mode == 0 and (value == 0 or src_c % 4 == 0)))
         defines = {"MODE": mode, "PAD_VALUE": value, "VEC4": bool(vec4)}
         defines.update({f"BEFORE_{d}": int(p) for d, p in zip("BHWC", pads[:, 0])})
-        ctx.kernel("pad", {"src": src}, {"dst": dst}, defines=defines, grid=_grid(ctx, dst))
+        ctx.kernel("pad", {"src": src}, {"dst": dst}, defines=defines, grid=ctx.grid(dst))
 
 
 @register
@@ -1135,7 +1108,7 @@ class MirrorPad(Op):
                           plan=lambda n, g: MirrorPad._pads(n, g, None, g.tensors[n.inputs[0]].shape))
 
     @staticmethod
-    def lower(node, graph, ctx):
+    def lower(node: Node, graph: Graph, ctx: LowerContext) -> None:
         src, dst = ctx.input(node, 0), ctx.output(node, 0)
         rank = len(ctx.shape(src))
         pads = np.zeros((4, 2), np.int64)
@@ -1148,7 +1121,7 @@ class MirrorPad(Op):
         vec4 = pads[3, 0] % 4 == 0 and (not pads[3].any() or (mode == 0 and (value == 0 or src_c % 4 == 0)))
         defines = {"MODE": mode, "PAD_VALUE": value, "VEC4": bool(vec4)}
         defines.update({f"BEFORE_{d}": int(p) for d, p in zip("BHWC", pads[:, 0])})
-        ctx.kernel("pad", {"src": src}, {"dst": dst}, defines=defines, grid=_grid(ctx, dst))
+        ctx.kernel("pad", {"src": src}, {"dst": dst}, defines=defines, grid=ctx.grid(dst))
 
 
 def _block(node: Node, shape: Shape) -> int:
@@ -1187,11 +1160,11 @@ class DepthToSpace(Op):
         return _gpu_check(node, graph, plan=lambda n, g: DepthToSpace.infer(n, g, [g.tensors[n.inputs[0]].shape]))
 
     @staticmethod
-    def lower(node, graph, ctx):
+    def lower(node: Node, graph: Graph, ctx: LowerContext) -> None:
         src, dst = ctx.input(node, 0), ctx.output(node, 0)
         vec4 = ctx.bhwc(dst)[3] % 4 == 0
         defines = {"BLOCK": _block(node, ctx.shape(src)), "VEC4": vec4}
-        ctx.kernel("depth_to_space", {"src": src}, {"dst": dst}, defines=defines, grid=_grid(ctx, dst))
+        ctx.kernel("depth_to_space", {"src": src}, {"dst": dst}, defines=defines, grid=ctx.grid(dst))
 
 
 @register
@@ -1221,8 +1194,8 @@ class SpaceToDepth(Op):
         return _gpu_check(node, graph, plan=lambda n, g: SpaceToDepth.infer(n, g, [g.tensors[n.inputs[0]].shape]))
 
     @staticmethod
-    def lower(node, graph, ctx):
+    def lower(node: Node, graph: Graph, ctx: LowerContext) -> None:
         src, dst = ctx.input(node, 0), ctx.output(node, 0)
         vec4 = ctx.bhwc(src)[3] % 4 == 0
         defines = {"BLOCK": _block(node, ctx.shape(src)), "VEC4": vec4}
-        ctx.kernel("space_to_depth", {"src": src}, {"dst": dst}, defines=defines, grid=_grid(ctx, dst))
+        ctx.kernel("space_to_depth", {"src": src}, {"dst": dst}, defines=defines, grid=ctx.grid(dst))

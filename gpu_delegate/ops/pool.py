@@ -7,11 +7,12 @@ import numpy as np
 from ..cpu import conv as K
 from ..cpu import pool as P
 from ..cpu.quant import activation_range
+from ..lowering.context import LowerContext
 from ..errors import ModelError
 from ..graph import Graph, Node
-from .base import Op, input_count, register
-from .conv import (F32, I8, U8, act_defines, activation, as_f32, gpu_check, need_rank, need_window,
-                   output_of, scalar_quant, window_attrs)
+from .base import as_f32, Op, register
+from .checks import F32, I8, input_count, need_rank, output_of, scalar_quant, U8
+from .window import act_defines, activation, gpu_check, need_window, window_attrs
 
 
 def _window(node: Node, xs: tuple) -> K.Window:
@@ -30,7 +31,7 @@ class _Pool2D(Op):
         return gpu_check(cls, node, graph, {})
 
     @staticmethod
-    def lower(node: Node, graph: Graph, ctx) -> None:
+    def lower(node: Node, graph: Graph, ctx: LowerContext) -> None:
         lower_pool(node, ctx)
 
     @classmethod
@@ -85,8 +86,8 @@ class MaxPool2D(_Pool2D):
     is_max = True
 
 
-def lower_pool(node: Node, ctx) -> None:
-    """kernels/pool.cl, one output vec4 per work item; an average over 8-bit values in TFLite's integer
+def lower_pool(node: Node, ctx: LowerContext) -> None:
+    """kernels/dialect/pool.dialect, one output vec4 per work item; an average over 8-bit values in TFLite's integer
     arithmetic (the GPU holds them as floats on their quantization grid)."""
     src, dst = ctx.input(node, 0), ctx.output(node)
     _, h, w, _ = ctx.bhwc(src)
@@ -101,4 +102,4 @@ def lower_pool(node: Node, ctx) -> None:
     if not is_max and x.quant is not None and x.dtype.kind in "iu":
         scale, zp = x.quant.scalar()
         defines.update({"QUANT": 1, "IN_SCALE": scale, "IN_ZP": float(zp)})
-    ctx.kernel("pool", {"src": src}, {"dst": dst}, defines=defines, grid=(ow, oh, ob * ((oc + 3) // 4)))
+    ctx.kernel("pool", {"src": src}, {"dst": dst}, defines=defines, grid=ctx.grid(dst))

@@ -18,64 +18,11 @@ from ..cpu.quant import quantize
 from ..cpu.quantize import densified, dequantize_tensor, dequantized, requantize_q
 from ..dtypes import is_quantized_int
 from ..errors import ModelError
-from ..graph import Graph, Node, Tensor
-from .base import Op, input_count, register
+from ..graph import Graph, Node
+from .base import lower_elementwise, Op, register
+from .checks import arity, is_quantized, per_tensor
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float16))
-_UNCOMPUTABLE = ("STRING", "RESOURCE", "VARIANT", "BFLOAT16")
-
-
-def is_quantized(t: Tensor) -> bool:
-    """An 8- or 16-bit integer tensor carrying a scale: its values stand for scale * (q - zero_point)."""
-    return t.quant is not None and is_quantized_int(t.dtype)
-
-
-def arity(node: Node, n_in: int, n_out: int) -> None:
-    """Exactly ``n_in`` inputs, none of them omitted (-1), and ``n_out`` outputs."""
-    input_count(node, n_in)
-    if -1 in node.inputs:
-        raise ModelError(f"{node}: input {node.inputs.index(-1)} is omitted, but {node.op} needs it")
-    if len(node.outputs) != n_out:
-        raise ModelError(f"{node}: expects {n_out} output{'s' if n_out > 1 else ''}, has {len(node.outputs)}")
-
-
-def per_tensor(node: Node, t: Tensor) -> tuple[float, int]:
-    """(scale, zero_point) of a per-tensor quantized tensor; a ModelError for anything else."""
-    if t.quant is None:
-        raise ModelError(f"{node}: tensor {t.index} ({t.name!r}) is {t.dtype} without quantization parameters")
-    if t.quant.per_channel:
-        raise ModelError(f"{node}: tensor {t.index} ({t.name!r}) is quantized per channel; {node.op} needs "
-                         "one scale and zero point")
-    scale, zp = t.quant.scalar()
-    if not scale > 0:
-        raise ModelError(f"{node}: tensor {t.index} ({t.name!r}) has quantization scale {scale}, not > 0")
-    lo, hi = np.iinfo(t.dtype).min, np.iinfo(t.dtype).max
-    if not lo <= zp <= hi:
-        raise ModelError(f"{node}: tensor {t.index} ({t.name!r}) has zero point {zp} outside {t.dtype}")
-    return scale, zp
-
-
-def check_type(node: Node, t: Tensor, *, ints: bool = False, quantized: bool = True, floats: bool = True,
-               bools: bool = False) -> None:
-    """Raise a ModelError unless ``t`` is of a kind the op computes: float, quantized 8/16-bit (checked
-    per tensor), plain integers, bool."""
-    dt = t.dtype
-    if t.type_name in _UNCOMPUTABLE:
-        ok = False
-    elif dt.kind == "f":
-        ok = floats
-    elif dt.kind == "b":
-        ok = bools
-    elif is_quantized(t):
-        ok = quantized
-        if ok:
-            per_tensor(node, t)
-    else:
-        ok = ints and dt.kind in "iu"
-    if not ok:
-        kind = t.type_name or str(dt)
-        raise ModelError(f"{node}: tensor {t.index} ({t.name!r}) is {kind}{' (quantized)' if is_quantized(t) else ''},"
-                         f" which {node.op} does not support")
 
 
 @register
@@ -118,7 +65,7 @@ class Quantize(Op):
     # the GpuDelegate has already refused what the GPU path cannot hold (16-bit, per-channel outputs)
     gpu_support = staticmethod(lambda node, graph: True)
     gpu_expr = staticmethod(lambda node, graph: "a")
-    lower = staticmethod(lambda node, graph, ctx: ctx.elementwise(node))
+    lower = staticmethod(lower_elementwise)
 
 
 @register
@@ -155,7 +102,7 @@ class Dequantize(Op):
     # a constant input is folded; any other input the GpuDelegate let through is already a float there
     gpu_support = staticmethod(lambda node, graph: True)
     gpu_expr = staticmethod(lambda node, graph: "a")
-    lower = staticmethod(lambda node, graph, ctx: ctx.elementwise(node))
+    lower = staticmethod(lower_elementwise)
 
 
 @register

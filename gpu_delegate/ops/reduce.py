@@ -3,8 +3,8 @@
 The axis (or k) input is usually a constant; when it is not, output shapes are known only once the node
 has run, so ``infer`` says it cannot tell (NotImplementedError) and the interpreter keeps the file's shape.
 
-On the GPU: MEAN, SUM, REDUCE_MAX/MIN/PROD over constant axes (kernels/reduce.cl) and SOFTMAX, LOG_SOFTMAX
-(kernels/softmax.cl), in float; quantized outputs get the framework's rounding to their grid afterwards.
+On the GPU: MEAN, SUM, REDUCE_MAX/MIN/PROD over constant axes (kernels/dialect/reduce.dialect) and SOFTMAX, LOG_SOFTMAX
+(kernels/dialect/softmax.dialect), in float; quantized outputs get the framework's rounding to their grid afterwards.
 ARG_MAX/ARG_MIN and TOPK_V2 give integer outputs, REDUCE_ANY/ALL bools: they stay on the CPU.
 """
 
@@ -19,9 +19,10 @@ from ..cpu.quantize import requantize_q
 from ..cpu.reduce import cumsum, log_softmax, mean_q, softmax, softmax_q8, sum_q, top_k, trunc_divide
 from ..errors import ModelError
 from ..graph import Graph, Node
-from ..lowering.plan import slices
+from ..lowering.context import LowerContext
+from ..phwc4 import slices
 from .base import Op, register
-from .quantize import arity, check_type, is_quantized
+from .checks import arity, check_type, is_quantized
 
 Shapes = list[tuple[int, ...] | None]
 
@@ -70,7 +71,7 @@ def _reduced_shape(shape: tuple[int, ...], axes: tuple[int, ...], keep: bool) ->
 class _Reduce(Op):
     bools: ClassVar[bool] = False
     numeric: ClassVar[bool] = True
-    # the GPU form (kernels/reduce.cl): combine two values (floats or FLT4s), its identity, the last step
+    # the GPU form (kernels/dialect/reduce.dialect): combine two values (floats or FLT4s), its identity, the last step
     gpu_op: ClassVar[str] = "((x) + (y))"
     gpu_init: ClassVar[float] = 0.0
     gpu_finish: ClassVar[str] = "(v)"
@@ -82,7 +83,7 @@ class _Reduce(Op):
         return True
 
     @classmethod
-    def lower(cls, node: Node, graph: Graph, ctx) -> None:
+    def lower(cls, node: Node, graph: Graph, ctx: LowerContext) -> None:
         src, dst = ctx.input(node, 0), ctx.output(node)
         rank = len(ctx.shape(src))
         reduced = {a + 4 - rank for a in resolve_axes(node, ctx.const_ints(ctx.input(node, 1)), rank)}
@@ -225,7 +226,7 @@ def _highest(dtype: np.dtype):
 @register
 class ReduceAny(_Reduce):
     name, bools, numeric = "REDUCE_ANY", True, False
-    lower = None  # bool tensors: no GPU form
+    lower = Op.lower  # bool tensors: no GPU form
 
     @classmethod
     def reduce(cls, x, axes, keep):
@@ -235,7 +236,7 @@ class ReduceAny(_Reduce):
 @register
 class ReduceAll(_Reduce):
     name, bools, numeric = "REDUCE_ALL", True, False
-    lower = None  # bool tensors: no GPU form
+    lower = Op.lower  # bool tensors: no GPU form
 
     @classmethod
     def reduce(cls, x, axes, keep):
@@ -309,7 +310,7 @@ class _LastAxis(Op):
         return True
 
     @staticmethod
-    def lower(node: Node, graph: Graph, ctx) -> None:
+    def lower(node: Node, graph: Graph, ctx: LowerContext) -> None:
         src, dst = ctx.input(node, 0), ctx.output(node)
         b, h, w, _ = ctx.bhwc(src)
         defines = {"BETA": float(node.attrs.get("beta", 1.0)), "LOG_SOFTMAX": int(node.op == "LOG_SOFTMAX")}

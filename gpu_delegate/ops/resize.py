@@ -1,7 +1,7 @@
 """RESIZE_BILINEAR and RESIZE_NEAREST_NEIGHBOR: NHWC input, the new [height, width] in input 1.
 
 Quantized tensors are resized on their integers: TFLite requires input and output to share one
-quantization, so no rescaling is involved. On the GPU (kernels/resize.cl) they run in float with TFLite's
+quantization, so no rescaling is involved. On the GPU (kernels/dialect/resize.dialect) they run in float with TFLite's
 float index math, so a quantized bilinear resize may land one step away from TFLite's fixed-point one.
 """
 
@@ -10,9 +10,11 @@ from __future__ import annotations
 import numpy as np
 
 from ..cpu import resize as k
+from ..lowering.context import LowerContext
 from ..errors import ModelError
 from ..graph import Graph, Node
-from .base import Op, input_count, register
+from .base import Op, register
+from .checks import input_count
 
 _TYPES = (np.float32, np.int8, np.uint8, np.int16)
 
@@ -58,7 +60,7 @@ def _flags(node: Node) -> tuple[bool, bool]:
     return bool(node.attrs.get("align_corners", False)), bool(node.attrs.get("half_pixel_centers", False))
 
 
-# -- GPU side: kernels/resize.cl, one work item per output vec4 -----------------------------------------------
+# -- GPU side: kernels/dialect/resize.dialect, one work item per output vec4 ------------------------------------
 
 def _gpu_support(node: Node, graph: Graph) -> bool | str:
     x = graph.tensors[node.inputs[0]]
@@ -78,14 +80,14 @@ def _scale(in_size: int, out_size: int, align_corners: bool) -> np.float32:
     return np.float32(in_size) / np.float32(out_size)
 
 
-def _lower(node: Node, ctx, bilinear: bool) -> None:
+def _lower(node: Node, ctx: LowerContext, bilinear: bool) -> None:
     src, dst = ctx.input(node, 0), ctx.output(node, 0)
     b, in_h, in_w, _ = ctx.bhwc(src)
     _, out_h, out_w, c = ctx.bhwc(dst)
     align, half = _flags(node)
     defines = {"BILINEAR": bilinear, "ALIGN_CORNERS": align, "HALF_PIXEL": half,
                "SCALE_Y": float(_scale(in_h, out_h, align)), "SCALE_X": float(_scale(in_w, out_w, align))}
-    ctx.kernel("resize", {"src": src}, {"dst": dst}, defines=defines, grid=(out_w, out_h, b * ((c + 3) // 4)))
+    ctx.kernel("resize", {"src": src}, {"dst": dst}, defines=defines, grid=ctx.grid(dst))
 
 
 @register
@@ -110,7 +112,7 @@ class ResizeBilinear(Op):
     gpu_support = staticmethod(_gpu_support)
 
     @staticmethod
-    def lower(node, graph, ctx):
+    def lower(node: Node, graph: Graph, ctx: LowerContext) -> None:
         _lower(node, ctx, bilinear=True)
 
 
@@ -134,5 +136,5 @@ class ResizeNearestNeighbor(Op):
     gpu_support = staticmethod(_gpu_support)
 
     @staticmethod
-    def lower(node, graph, ctx):
+    def lower(node: Node, graph: Graph, ctx: LowerContext) -> None:
         _lower(node, ctx, bilinear=False)

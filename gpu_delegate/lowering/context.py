@@ -1,0 +1,188 @@
+"""The whole interface an op's GPU side sees: `LowerContext`, handed to ``Op.lower(node, graph, ctx)``.
+
+It gives an op its tensors as the passes left them (after PAD merging and reshape dropping), their shapes,
+constants already dequantized, explicit window padding, and `kernel()` to emit a call to a source in kernels/.
+Op modules import this module; nothing in lowering/ imports an op module (the passes reach ops through
+`PartitionView.op`), so there is no cycle between ops/ and lowering/.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol
+
+import numpy as np
+
+from ..errors import DelegateError
+from ..graph import ACT_NONE, PADDING_SAME, Graph, Node
+from ..phwc4 import BHWC, bhwc, grid, slices, to_rows
+from .plan import KernelCall, OperandMode, PostOp
+from .postops import activation_postop, elementwise_postops, operand_rows
+from .view import PartitionView
+
+
+class GpuOp(Protocol):
+    """What the lowering needs of an op class (gpu_delegate.ops.base.Op declares all of it)."""
+
+    @staticmethod
+    def gpu_expr(node: Node, graph: Graph) -> str | None: ...
+
+    @staticmethod
+    def lower(node: Node, graph: Graph, ctx: LowerContext) -> None: ...
+
+    @staticmethod
+    def run_cpu(node: Node, graph: Graph, inputs: list[np.ndarray | None]) -> list[np.ndarray]: ...
+
+
+class LowerContext:
+    def __init__(self, view: PartitionView, device_type: str = "gpu"):
+        self.view = view
+        self.graph = view.graph
+        self.device_type = device_type  # "cpu" for CPU-hosted OpenCL/llvmpipe, "gpu" otherwise
+        self.kernels: list[KernelCall] = []
+        self.consts: dict[str, np.ndarray] = {}
+        self.tensors: dict[int, BHWC] = {}
+        self.node: Node | None = None  # the node being lowered: its output 0 carries the fused post-ops
+
+    # -- what an op reads ---------------------------------------------------------------------------------
+    def input(self, node: Node, k: int) -> int:
+        """The tensor input slot ``k`` reads (after PAD merging and reshape dropping); -1 if omitted."""
+        return self.view.node_inputs(node.index)[k] if k < len(node.inputs) else -1
+
+    def output(self, node: Node, k: int = 0) -> int:
+        return node.outputs[k]
+
+    def shape(self, t: int) -> tuple[int, ...]:
+        return tuple(self.view.shapes[t])
+
+    def bhwc(self, t: int) -> BHWC:
+        return bhwc(self.shape(t))
+
+    def grid(self, t: int) -> tuple[int, int, int]:
+        """One work item per vec4 of tensor ``t``."""
+        return grid(self.bhwc(t))
+
+    def const_data(self, t: int) -> np.ndarray | None:
+        """The float32 value of a constant tensor (dequantized once), or None if ``t`` is not constant."""
+        return self.view.const(t)
+
+    def const_value(self, node: Node, t: int) -> np.ndarray:
+        """The float32 value of a constant input the op requires to be constant (gpu_support let only constants
+        through; a DEQUANTIZE of weights left in another partition would make it a run-time tensor here)."""
+        value = self.view.const(t)
+        if value is None:
+            raise DelegateError(f"{node}: input tensor {t} is not a constant in this GPU partition")
+        return np.asarray(value, np.float32)
+
+    def const_ints(self, t: int) -> np.ndarray:
+        """A constant index-like input (axes, paddings, gather indices) as stored, as int64: TFLite reads
+        these raw, whatever quantization a file attaches to them (dequantized, they would be floats)."""
+        data = self.graph.tensors[t].data if t >= 0 else None
+        if data is None:
+            raise DelegateError(f"input tensor {t} is not a constant in this GPU partition")
+        return np.asarray(data).astype(np.int64)
+
+    def is_const(self, t: int) -> bool:
+        return self.view.is_const(t)
+
+    def padding(self, node: Node, in_hw: tuple[int, int], kernel_hw: tuple[int, int],
+                stride_hw: tuple[int, int], dilation_hw: tuple[int, int] = (1, 1)) -> tuple[int, int]:
+        """(pad_top, pad_left) of a window op: SAME/VALID as TFLite computes it, plus any merged PAD."""
+        top = left = 0
+        if node.attrs.get("padding") == PADDING_SAME:
+            pads = []
+            for size, k, s, d in zip(in_hw, kernel_hw, stride_hw, dilation_hw):
+                eff = (k - 1) * d + 1
+                out = (size + s - 1) // s
+                pads.append(max((out - 1) * s + eff - size, 0) // 2)
+            top, left = pads
+        extra = self.view.extra_padding.get(node.index)
+        if extra is not None:
+            top += extra[0]
+            left += extra[2]
+        return top, left
+
+    # -- constants ------------------------------------------------------------------------------------------
+    def const(self, key: str, make: Callable[[], np.ndarray]) -> str:
+        """Register a constant buffer (float32 rows of 4) once under ``key``; returns the key."""
+        if key not in self.consts:
+            rows = np.ascontiguousarray(make(), np.float32)
+            if rows.ndim != 2 or rows.shape[1] != 4:
+                rows = rows.reshape(-1, 4)
+            self.consts[key] = rows
+        return key
+
+    def const_tensor(self, prefix: str, t: int) -> str:
+        """Constant tensor ``t`` as a PHWC4 const buffer (a kernel reads it as it would a tensor)."""
+        return self.const(f"{prefix}:{t}", lambda: to_rows(self.const_value(self._current(), t), self.bhwc(t)))
+
+    def operand_const(self, t: int, mode: OperandMode) -> str:
+        """A constant post-op operand, read in ``mode`` (postops.operand_mode)."""
+        return self.const(f"operand:{mode}:{t}", lambda: operand_rows(self.view, t, mode))
+
+    # -- what an op emits ----------------------------------------------------------------------------------
+    def kernel(self, name: str, inputs: dict[str, int], outputs: dict[str, int], consts: dict[str, str] | None = None,
+               defines: dict[str, int | float | str] | None = None, grid: tuple[int, ...] = (1, 1, 1),
+               local_size: tuple[int, int, int] | None = None, helpers: str = "",
+               variants: dict[str, str] | None = None) -> KernelCall:
+        """Emit a call of kernels/dialect/<name>.dialect (or of a variant of an API's own language where
+        ``variants`` names one, e.g. {"opencl": name}). The post-ops fused into the node's output go with the
+        "dst" argument that writes it."""
+        node = self.node
+        view = self.view
+        postops: list[PostOp] = []
+        outs = {}
+        for arg, t in outputs.items():
+            final = view.final(t)
+            if arg == "dst" and node is not None and t == node.outputs[0]:
+                postops = list(view.postops.get(node.index, []))
+            outs[arg] = final
+            self.tensors[final] = bhwc(view.shapes[t])
+        for t in inputs.values():
+            self.tensors[t] = bhwc(view.shapes[t])
+        for p in postops:
+            if p.tensor_operand is not None:
+                self.tensors[p.tensor_operand] = bhwc(view.shapes[p.tensor_operand])
+        grid3 = tuple(int(g) for g in grid) + (1,) * (3 - len(grid))
+        call = KernelCall(name, node.index if node is not None else -1, dict(inputs), outs, dict(consts or {}),
+                          dict(defines or {}), (grid3[0], grid3[1], grid3[2]), postops, local_size, helpers,
+                          dict(variants or {}))
+        self.kernels.append(call)
+        return call
+
+    def fuse_activation(self, node: Node) -> None:
+        """Apply the node's fused activation as the first post-op of its output (for kernels that do not
+        clamp it themselves)."""
+        act = activation_postop(int(node.attrs.get("fused_activation_function", ACT_NONE)), node.index)
+        if act is not None:
+            self.view.postops.setdefault(node.index, []).insert(0, act)
+
+    def elementwise(self, node: Node, expr: str) -> None:
+        """Lower a standalone elementwise node computing ``expr`` (over FLT4 ``a``, ``b``): the expression as
+        the first post-op of a copy kernel when the other operand can be read by index, else the general
+        broadcasting kernel."""
+        ins = self.view.node_inputs(node.index)
+        data = [k for k, t in enumerate(ins) if t >= 0 and not self.is_const(t)]
+        flowing = data[0] if data else 0
+        ops = elementwise_postops(self.view, node.index, flowing, expr, self.operand_const)
+        if ops is not None:
+            self.view.postops[node.index] = ops + self.view.postops.get(node.index, [])
+            self.kernel("copy", {"src": ins[flowing]}, {"dst": node.outputs[0]}, grid=self.grid(node.outputs[0]))
+            return
+        consts, inputs, geometry = {}, {}, ""
+        for arg, t in (("a", ins[0]), ("b", ins[1])):
+            if self.is_const(t):
+                shape = self.bhwc(t)
+                consts[arg] = self.const_tensor("bcast", t)
+                # a const arg has no generated geometry, and KernelSpec keeps its t_* names out of defines
+                geometry += "".join(f"#define {arg}_{d} {v}\n" for d, v in zip("BHWCS", (*shape, slices(shape[3]))))
+            else:
+                inputs[arg] = t
+        self.fuse_activation(node)
+        self.kernel("broadcast_binary", inputs, {"dst": node.outputs[0]}, consts, {},
+                    grid=self.grid(node.outputs[0]), helpers=geometry + f"#define EXPR(a, b) ({expr})\n")
+
+    def _current(self) -> Node:
+        if self.node is None:
+            raise DelegateError("a constant was asked for outside any node's lowering")
+        return self.node

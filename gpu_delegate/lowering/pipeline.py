@@ -1,0 +1,30 @@
+"""From a partition to a plan: the passes of lowering/, in order (see lowering/__init__.py)."""
+
+from __future__ import annotations
+
+from ..graph import Graph
+from ..phwc4 import bhwc
+from . import drop_reshape, emit, fold_constants, fuse_elementwise, memory, merge_pad
+from .context import GpuOp, LowerContext
+from .plan import Plan
+from .view import PartitionView, PassResult
+
+
+def build_plan(graph: Graph, nodes: list[int], inputs: list[int], outputs: list[int],
+               shapes: dict[int, tuple[int, ...]], ops: dict[int, GpuOp], quantized: bool = True,
+               device_type: str = "gpu") -> Plan:
+    """The plan of partition ``nodes``; ``ops`` gives each node's op class."""
+    view = PartitionView(graph, list(nodes), shapes, list(inputs), list(outputs), ops=dict(ops))
+    ctx = LowerContext(view, device_type)
+    results: list[PassResult] = [fold_constants.run(view), drop_reshape.run(view), merge_pad.run(view),
+                                 fuse_elementwise.run(view, quantized, ctx.operand_const), emit.run(view, ctx)]
+    for t in inputs + outputs:
+        ctx.tensors.setdefault(t, bhwc(shapes[t]))
+    for t, src in view.aliases.items():
+        ctx.tensors.setdefault(t, bhwc(shapes[t]))
+        ctx.tensors.setdefault(src, bhwc(shapes[src]))
+    plan = Plan(ctx.tensors, ctx.consts, ctx.kernels, list(inputs), list(outputs), dict(view.aliases),
+                nodes=list(nodes))
+    results.append(memory.run(plan))
+    plan.notes = [note for r in results if r.name != "emit" for note in r.applied]
+    return plan

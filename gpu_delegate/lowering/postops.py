@@ -1,0 +1,106 @@
+"""Post-ops: elementwise steps applied to a kernel's result before it is stored, so that an activation, an
+ADD/MUL with a constant or another tensor, or a fake-quant step costs no kernel and no intermediate tensor.
+
+This module makes them (structured `PostOp`s, see plan.py); the backends' codegen renders them as dialect
+text. It knows nothing of particular ops: a caller hands in the op's dialect expression.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from ..graph import ACT_NONE, ACT_RELU, ACT_RELU6, ACT_RELU_N1_TO_1, ACT_TANH
+from ..phwc4 import BHWC, bhwc, slices, to_rows
+from .plan import OperandMode, PostOp
+from .view import PartitionView
+
+# TFLite's fused activations as dialect expressions over FLT4 ``a``.
+ACTIVATION_EXPR = {
+    ACT_RELU: "max(a, SPLAT(0.0f))",
+    ACT_RELU6: "clamp(a, SPLAT(0.0f), SPLAT(6.0f))",
+    ACT_RELU_N1_TO_1: "clamp(a, SPLAT(-1.0f), SPLAT(1.0f))",
+    ACT_TANH: "tanh(a)",
+}
+
+# registers a constant operand (tensor, mode) as a const buffer of the plan and returns its key
+ConstKey = Callable[[int, OperandMode], str]
+
+
+def activation_postop(code: int, node: int) -> PostOp | None:
+    """The post-op of a fused activation code; None for ACT_NONE. ValueError for a code with no GPU form."""
+    if code == ACT_NONE:
+        return None
+    if code not in ACTIVATION_EXPR:
+        raise ValueError(f"fused activation {code} has no GPU form")
+    return PostOp("expr", expr=ACTIVATION_EXPR[code], node=node)
+
+
+def fake_quant_postop(view: PartitionView, t: int, node: int) -> PostOp | None:
+    """Quantize-dequantize onto tensor ``t``'s integer grid, if it is per-tensor quantized (so the float
+    graph follows the fixed-point one); None otherwise."""
+    tensor = view.graph.tensors[t]
+    q = tensor.quant
+    if q is None or tensor.dtype.kind not in "iu" or q.per_channel:
+        return None
+    info = np.iinfo(tensor.dtype)
+    scale, zp = q.scalar()
+    return PostOp("fake_quant", scale=float(scale), qmin=float(info.min - zp), qmax=float(info.max - zp), node=node)
+
+
+def operand_mode(view: PartitionView, u: int, out: BHWC) -> OperandMode | None:
+    """How a post-op reads its other operand ``u`` for an output of BHWC ``out``: "scalar" (a constant of one
+    element), "tensor" (same shape: same index), "channel" (one value per channel); None if it can't."""
+    shape = bhwc(view.shapes[u])
+    if view.is_const(u) and int(np.prod(shape)) == 1:
+        return "scalar"
+    if shape == out:
+        return "tensor"
+    if shape[:3] == (1, 1, 1) and shape[3] == out[3]:
+        return "channel"
+    return None
+
+
+def operand_rows(view: PartitionView, u: int, mode: OperandMode) -> np.ndarray:
+    """A constant operand as the vec4 rows a post-op reads: one row (scalar), one per slice (channel), or
+    the whole tensor in PHWC4 (tensor)."""
+    value = np.asarray(view.const(u), np.float32)
+    if mode == "tensor":
+        return to_rows(value, view.shapes[u])
+    flat = value.reshape(-1)
+    if mode == "scalar":
+        return np.full((1, 4), flat[0], np.float32)
+    rows = np.zeros(slices(flat.size) * 4, np.float32)
+    rows[: flat.size] = flat
+    return rows.reshape(-1, 4)
+
+
+def elementwise_postops(view: PartitionView, n: int, flowing: int, expr: str,
+                        const_key: ConstKey) -> list[PostOp] | None:
+    """The post-ops that compute elementwise node ``n`` (dialect expression ``expr`` over ``a`` = input 0 and
+    ``b`` = input 1) from its input slot ``flowing``, followed by its fused activation; None if the other
+    operand cannot be read by index (it broadcasts in a way post-ops do not)."""
+    node = view.graph.nodes[n]
+    ins = view.node_inputs(n)
+    out_shape = bhwc(view.shapes[node.outputs[0]])
+    if bhwc(view.shapes[ins[flowing]]) != out_shape:
+        return None
+    others = [k for k, t in enumerate(ins) if t >= 0 and k != flowing]
+    if len(others) > 1:
+        return None
+    ops: list[PostOp] = []
+    if not others:
+        ops.append(PostOp("expr", expr=expr, node=n))
+    else:
+        k = others[0]
+        u = ins[k]
+        mode = operand_mode(view, u, out_shape)
+        if mode is None:
+            return None
+        source: int | str = const_key(u, mode) if view.is_const(u) else u
+        ops.append(PostOp("expr", expr=expr, operand=mode, source=source, operand_first=k < flowing, node=n))
+    act = activation_postop(int(node.attrs.get("fused_activation_function", ACT_NONE)), n)
+    if act is not None:
+        ops.append(act)
+    return ops

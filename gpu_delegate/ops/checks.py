@@ -1,0 +1,108 @@
+"""Validation helpers every op family shares: arity, ranks, types and quantization parameters of a node's
+tensors. Each raises a ModelError that names the node and what is wrong with it."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..dtypes import is_quantized_int
+from ..errors import ModelError
+from ..graph import Graph, Node, Tensor
+
+F32, I8, U8, I32 = np.dtype(np.float32), np.dtype(np.int8), np.dtype(np.uint8), np.dtype(np.int32)
+# type names that no kernel computes on
+_UNCOMPUTABLE = ("STRING", "RESOURCE", "VARIANT", "BFLOAT16")
+
+
+def input_count(node: Node, low: int, high: int | None = None) -> None:
+    high = low if high is None else high
+    n = len(node.inputs)
+    if not low <= n <= high:
+        want = str(low) if low == high else f"{low} to {high}"
+        raise ModelError(f"{node}: expects {want} inputs, has {n}")
+
+
+def const_input(node: Node, graph: Graph, i: int, what: str) -> np.ndarray:
+    """The constant data of input ``i``; a ModelError if it is not a constant."""
+    t = node.inputs[i] if i < len(node.inputs) else -1
+    if t < 0 or graph.tensors[t].data is None:
+        raise ModelError(f"{node}: input {i} ({what}) must be a constant tensor")
+    return graph.tensors[t].data
+
+
+def arity(node: Node, n_in: int, n_out: int) -> None:
+    """Exactly ``n_in`` inputs, none of them omitted (-1), and ``n_out`` outputs."""
+    input_count(node, n_in)
+    if -1 in node.inputs:
+        raise ModelError(f"{node}: input {node.inputs.index(-1)} is omitted, but {node.op} needs it")
+    if len(node.outputs) != n_out:
+        raise ModelError(f"{node}: expects {n_out} output{'s' if n_out > 1 else ''}, has {len(node.outputs)}")
+
+
+def tensor_of(node: Node, graph: Graph, i: int) -> Tensor | None:
+    """Input i's tensor, None when omitted."""
+    t = node.inputs[i] if i < len(node.inputs) else -1
+    return graph.tensors[t] if t >= 0 else None
+
+
+def output_of(node: Node, graph: Graph) -> Tensor:
+    if len(node.outputs) != 1:
+        raise ModelError(f"{node}: expects 1 output, has {len(node.outputs)}")
+    return graph.tensors[node.outputs[0]]
+
+
+def need_rank(node: Node, t: Tensor, rank: int, what: str) -> None:
+    if len(t.shape) != rank:
+        raise ModelError(f"{node}: {what} must have rank {rank}, has shape {list(t.shape)}")
+
+
+def is_quantized(t: Tensor) -> bool:
+    """An 8- or 16-bit integer tensor carrying a scale: its values stand for scale * (q - zero_point)."""
+    return t.quant is not None and is_quantized_int(t.dtype)
+
+
+def per_tensor(node: Node, t: Tensor) -> tuple[float, int]:
+    """(scale, zero_point) of a per-tensor quantized tensor; a ModelError for anything else."""
+    if t.quant is None:
+        raise ModelError(f"{node}: tensor {t.index} ({t.name!r}) is {t.dtype} without quantization parameters")
+    if t.quant.per_channel:
+        raise ModelError(f"{node}: tensor {t.index} ({t.name!r}) is quantized per channel; {node.op} needs "
+                         "one scale and zero point")
+    scale, zp = t.quant.scalar()
+    if not scale > 0:
+        raise ModelError(f"{node}: tensor {t.index} ({t.name!r}) has quantization scale {scale}, not > 0")
+    lo, hi = np.iinfo(t.dtype).min, np.iinfo(t.dtype).max
+    if not lo <= zp <= hi:
+        raise ModelError(f"{node}: tensor {t.index} ({t.name!r}) has zero point {zp} outside {t.dtype}")
+    return scale, zp
+
+
+def scalar_quant(node: Node, t: Tensor, what: str) -> tuple[float, int]:
+    if t.quant is None:
+        raise ModelError(f"{node}: quantized {what} tensor {t.name!r} has no quantization parameters")
+    if t.quant.per_channel:
+        raise ModelError(f"{node}: {what} tensor {t.name!r} must be quantized per tensor")
+    return t.quant.scalar()
+
+
+def check_type(node: Node, t: Tensor, *, ints: bool = False, quantized: bool = True, floats: bool = True,
+               bools: bool = False) -> None:
+    """Raise a ModelError unless ``t`` is of a kind the op computes: float, quantized 8/16-bit (checked
+    per tensor), plain integers, bool."""
+    dt = t.dtype
+    if t.type_name in _UNCOMPUTABLE:
+        ok = False
+    elif dt.kind == "f":
+        ok = floats
+    elif dt.kind == "b":
+        ok = bools
+    elif is_quantized(t):
+        ok = quantized
+        if ok:
+            per_tensor(node, t)
+    else:
+        ok = ints and dt.kind in "iu"
+    if not ok:
+        kind = t.type_name or str(dt)
+        raise ModelError(f"{node}: tensor {t.index} ({t.name!r}) is {kind}{' (quantized)' if is_quantized(t) else ''},"
+                         f" which {node.op} does not support")

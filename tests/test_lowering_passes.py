@@ -1,0 +1,223 @@
+"""Each lowering pass on its own, on graphs of two or three nodes: what it applies, what it declines and why.
+
+The expected rewrites are written out by hand from the pass's definition (the reference); the numerics of the
+rewritten plans are covered against LiteRT by the test_gpu_* files.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from gpu_delegate.graph import Graph
+from gpu_delegate.lowering import drop_reshape, emit, fold_constants, fuse_elementwise, memory, merge_pad
+from gpu_delegate.lowering.context import LowerContext
+from gpu_delegate.lowering.plan import KernelCall, Plan
+from gpu_delegate.lowering.view import PartitionView
+from gpu_delegate.ops import get_op
+from gpu_delegate.tflite.reader import read_model
+from gpu_delegate.tflite.writer import ModelBuilder
+
+
+def graph_of(mb: ModelBuilder) -> Graph:
+    return read_model(mb.build()).main
+
+
+def ops_of(graph: Graph) -> dict:
+    ops = {}
+    for n in graph.nodes:
+        op = get_op(n.op)
+        assert op is not None
+        ops[n.index] = op
+    return ops
+
+
+def view_of(graph: Graph) -> PartitionView:
+    return PartitionView(graph, [n.index for n in graph.nodes], {t.index: t.shape for t in graph.tensors},
+                         list(graph.inputs), list(graph.outputs), ops=ops_of(graph))
+
+
+def conv(mb: ModelBuilder, x: int, shape: tuple[int, ...], out: int, padding: str = "VALID", w: int | None = None,
+         act: str = "NONE") -> None:
+    if w is None:
+        w = mb.const("w", np.ones((shape[-1], 1, 1, mb.tensors[x]["shape"][-1]), np.float32))
+    mb.op("CONV_2D", [x, w, -1], [out], padding=padding, stride_w=1, stride_h=1, fused_activation_function=act)
+
+
+# -- fold_constants ---------------------------------------------------------------------------------------------
+
+def test_fold_constants_computes_a_dequantize_of_a_constant_once():
+    mb = ModelBuilder()
+    x = mb.input("x", [1, 4, 4, 3])
+    w16 = mb.const("w16", (np.arange(6 * 3, dtype=np.float32).reshape(6, 1, 1, 3) / 7).astype(np.float16))
+    w = mb.tensor("w", [6, 1, 1, 3])
+    y = mb.tensor("y", [1, 4, 4, 6])
+    mb.op("DEQUANTIZE", [w16], [w])
+    conv(mb, x, (1, 4, 4, 6), y, w=w)
+    mb.output(y)
+    view = view_of(graph_of(mb))
+    result = fold_constants.run(view)
+    assert result.applied == ["folded node 0 (DEQUANTIZE)"] and not result.declined
+    assert view.nodes == [1]
+    expected = (np.arange(6 * 3, dtype=np.float32).reshape(6, 1, 1, 3) / 7).astype(np.float16).astype(np.float32)
+    np.testing.assert_array_equal(view.folded[w], expected)
+    assert view.is_const(w)
+
+
+def test_fold_constants_declines_a_dequantize_of_a_run_time_tensor():
+    mb = ModelBuilder()
+    x = mb.input("x", [1, 4, 4, 3], np.int8, scale=0.5, zero_point=1)
+    y = mb.tensor("y", [1, 4, 4, 3])
+    mb.op("DEQUANTIZE", [x], [y])
+    mb.output(y)
+    view = view_of(graph_of(mb))
+    result = fold_constants.run(view)
+    assert not result.changed and result.declined == ["node 0 (DEQUANTIZE): its input is computed at run time"]
+    assert view.nodes == [0]
+
+
+# -- drop_reshape -------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("new_shape,dropped", [([1, 16, 8], True), ([16, 8], True), ([1, 4, 32], False)])
+def test_drop_reshape_only_where_phwc4_moves_nothing(new_shape, dropped):
+    mb = ModelBuilder()
+    x = mb.input("x", [1, 4, 4, 8])
+    y = mb.tensor("y", [1, 4, 4, 8])
+    z = mb.tensor("z", new_shape)
+    mb.op("RELU", [x], [y])
+    mb.op("RESHAPE", [y, mb.const("s", np.array(new_shape, np.int32))], [z])
+    mb.output(z)
+    view = view_of(graph_of(mb))
+    result = drop_reshape.run(view)
+    if dropped:  # B, C and H * W agree: the same vec4 at the same index
+        assert result.applied == ["dropped node 1 (RESHAPE): no-op in PHWC4"]
+        assert view.aliases == {z: y} and view.nodes == [0]
+    else:  # C goes from 8 to 32: the slices change
+        assert result.declined == [f"node 1 (RESHAPE): [1, 4, 4, 8] -> {new_shape} moves data in PHWC4"]
+        assert view.aliases == {} and view.nodes == [0, 1]
+
+
+# -- merge_pad ------------------------------------------------------------------------------------------------------
+
+def pad_then_conv(pads: list[list[int]], padding: str = "VALID") -> tuple[ModelBuilder, int, int]:
+    mb = ModelBuilder()
+    x = mb.input("x", [1, 5, 5, 3])
+    padded_shape = [d + a + b for d, (a, b) in zip([1, 5, 5, 3], pads)]
+    p = mb.tensor("p", padded_shape)
+    mb.op("PAD", [x, mb.const("pads", np.array(pads, np.int32))], [p])
+    out_hw = padded_shape[1:3] if padding == "SAME" else padded_shape[1:3]
+    y = mb.tensor("y", [1, *out_hw, 4])
+    w = mb.const("w", np.ones((4, 1, 1, padded_shape[3]), np.float32))
+    mb.op("CONV_2D", [p, w, -1], [y], padding=padding, stride_w=1, stride_h=1)
+    mb.output(y)
+    return mb, x, p
+
+
+def test_merge_pad_into_a_valid_conv():
+    mb, x, _ = pad_then_conv([[0, 0], [1, 2], [3, 0], [0, 0]])
+    view = view_of(graph_of(mb))
+    result = merge_pad.run(view)
+    assert result.applied == ["merged node 0 (PAD) into node 1 (CONV_2D)"]
+    assert view.nodes == [1]
+    assert view.read_as == {(1, 0): x}  # the conv reads the unpadded input
+    assert view.extra_padding == {1: (1, 2, 3, 0)}  # top, bottom, left, right
+
+
+@pytest.mark.parametrize("pads,padding,why", [
+    ([[0, 0], [1, 1], [1, 1], [0, 1]], "VALID", "it pads the batch or channels, or crops"),
+    ([[0, 0], [1, 1], [1, 1], [0, 0]], "SAME", "its reader node 1 (CONV_2D) is not a VALID convolution"),
+])
+def test_merge_pad_declines(pads, padding, why):
+    mb, _, _ = pad_then_conv(pads, padding)
+    view = view_of(graph_of(mb))
+    result = merge_pad.run(view)
+    assert not result.changed and len(result.declined) == 1 and why in result.declined[0]
+    assert view.nodes == [0, 1] and not view.extra_padding
+
+
+# -- fuse_elementwise -------------------------------------------------------------------------------------------
+
+def test_fuse_activation_and_constant_add_into_the_conv():
+    mb = ModelBuilder()
+    x = mb.input("x", [1, 4, 4, 3])
+    c, r, y = mb.tensor("c", [1, 4, 4, 5]), mb.tensor("r", [1, 4, 4, 5]), mb.tensor("y", [1, 4, 4, 5])
+    conv(mb, x, (1, 4, 4, 5), c)
+    mb.op("RELU", [c], [r])
+    bias = mb.const("bias", np.arange(5, dtype=np.float32))
+    mb.op("ADD", [bias, r], [y])  # the constant first: the post-op must keep the operand order
+    mb.output(y)
+    graph = graph_of(mb)
+    view = view_of(graph)
+    keys: list[tuple[int, str]] = []
+    result = fuse_elementwise.run(view, True, lambda t, mode: keys.append((t, mode)) or f"k{t}")
+    assert result.applied == ["fused node 1 (RELU) into node 0 (CONV_2D)", "fused node 2 (ADD) into node 0 (CONV_2D)"]
+    assert view.nodes == [0]
+    relu, add = view.postops[0]
+    assert (relu.kind, relu.expr, relu.operand) == ("expr", "max(a, 0.0f)", None)
+    assert (add.kind, add.expr, add.operand, add.source, add.operand_first) == ("expr", "a + b", "channel", f"k{bias}",
+                                                                               True)
+    assert keys == [(bias, "channel")]
+    assert view.final(c) == y  # the conv writes the ADD's output directly
+
+
+def test_fuse_declines_a_tensor_read_twice():
+    mb = ModelBuilder()
+    x = mb.input("x", [1, 4, 4, 3])
+    c, r, s = mb.tensor("c", [1, 4, 4, 5]), mb.tensor("r", [1, 4, 4, 5]), mb.tensor("s", [1, 4, 4, 5])
+    conv(mb, x, (1, 4, 4, 5), c)
+    mb.op("RELU", [c], [r])
+    mb.op("LOGISTIC", [c], [s])
+    mb.output(r, s)
+    view = view_of(graph_of(mb))
+    result = fuse_elementwise.run(view, True, lambda t, mode: "")
+    assert not result.changed
+    assert result.declined == ["node 1 (RELU) into node 0 (CONV_2D): tensor 1 is read elsewhere too",
+                               "node 2 (LOGISTIC) into node 0 (CONV_2D): tensor 1 is read elsewhere too"]
+    assert view.nodes == [0, 1, 2] and not view.postops
+
+
+def test_fake_quant_step_after_a_quantized_output():
+    mb = ModelBuilder()
+    x = mb.input("x", [1, 4, 4, 8], np.int8, scale=0.25, zero_point=-3)
+    y = mb.tensor("y", [1, 4, 4, 8], np.int8, scale=0.5, zero_point=10)
+    mb.op("RELU", [x], [y])
+    mb.output(y)
+    view = view_of(graph_of(mb))
+    result = fuse_elementwise.run(view, True, lambda t, mode: "")
+    assert result.applied == ["fake-quant step after node 0 (RELU)"]
+    (step,) = view.postops[0]
+    # int8 on (scale 0.5, zero point 10): codes -128..127 are -138..117 steps from the zero point
+    assert (step.kind, step.scale, step.qmin, step.qmax) == ("fake_quant", 0.5, -138.0, 117.0)
+    assert fuse_elementwise.run(view_of(graph_of(mb)), False, lambda t, mode: "").applied == []
+
+
+# -- emit and memory ------------------------------------------------------------------------------------------------
+
+def test_emit_hands_the_fused_post_ops_to_the_kernel_that_writes_the_output():
+    mb = ModelBuilder()
+    x = mb.input("x", [1, 4, 4, 3])
+    c, y = mb.tensor("c", [1, 4, 4, 5]), mb.tensor("y", [1, 4, 4, 5])
+    conv(mb, x, (1, 4, 4, 5), c)
+    mb.op("TANH", [c], [y])
+    mb.output(y)
+    view = view_of(graph_of(mb))
+    ctx = LowerContext(view)
+    fuse_elementwise.run(view, True, ctx.operand_const)
+    result = emit.run(view, ctx)
+    assert result.applied == ["node 0 (CONV_2D): conv2d_1x1"]
+    (call,) = ctx.kernels
+    assert call.inputs == {"src": x} and call.outputs == {"dst": y}
+    assert [p.expr for p in call.postops] == ["tanh(a)"]
+    assert call.variants == {"opencl": "conv2d_1x1"}
+
+
+def test_memory_shares_buffers_between_tensors_whose_lifetimes_do_not_overlap():
+    # a chain 0 -> 1 -> 2 -> 3 -> 4 of four kernels: a tensor lives from the kernel that writes it to the last one
+    # that reads it, so neighbours overlap and every other tensor can share: two buffers, alternating
+    shape = (1, 8, 8, 4)
+    kernels = [KernelCall("copy", k, {"src": k}, {"dst": k + 1}, {}, {}, (8, 8, 1)) for k in range(4)]
+    plan = Plan({t: shape for t in range(5)}, {}, kernels, inputs=[0], outputs=[4])
+    result = memory.run(plan)
+    assert plan.buffer_sizes == [64, 64]  # 8 * 8 pixels of one slice
+    assert plan.buffer_of == {0: 0, 1: 1, 2: 0, 3: 1, 4: 0}
+    assert result.applied == ["5 tensors in 2 buffers (60% less memory)"]
