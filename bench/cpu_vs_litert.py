@@ -41,8 +41,9 @@ def timed_invokes(interpreter, runs: int) -> list[float]:
 
 
 def bench_model(path: Path, rounds: int, runs: int, warmup: int) -> dict:
-    import gpu_delegate as gd
     from ai_edge_litert.interpreter import Interpreter as LiteRT
+
+    import gpu_delegate as gd
 
     ours = gd.Interpreter(model_path=str(path), num_threads=2)
     ref = LiteRT(model_path=str(path), num_threads=2)

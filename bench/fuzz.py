@@ -598,7 +598,7 @@ def fuzz(seed: int, seconds: float, names: list[tuple[str, int]], paths: list[st
     results: dict[int, dict] = {}
     crashes: dict[int, str] = {}
     first = 0
-    code = (f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import fuzz; "
+    code = ("import sys; from bench import fuzz; "
             "fuzz.worker(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4])")
     with tempfile.TemporaryDirectory() as tmp:
         while not enough():
@@ -606,7 +606,7 @@ def fuzz(seed: int, seconds: float, names: list[tuple[str, int]], paths: list[st
             with open(log_path, "w") as err:  # a file, not a pipe: a chatty child must not block on a full pipe
                 proc = subprocess.Popen([sys.executable, "-c", code, str(seed), str(first), json.dumps(names),
                                          ",".join(paths)], stdout=subprocess.PIPE, stderr=err, text=True,
-                                        env=dict(os.environ, PYTHONFAULTHANDLER="1"))
+                                        env=dict(os.environ, PYTHONFAULTHANDLER="1"), cwd=Path(__file__).parents[1])
             current, started = None, False
             case_deadline = time.monotonic() + CASE_TIMEOUT_S + 60  # the first case also pays for the imports
             with selectors.DefaultSelector() as sel:

@@ -36,7 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gpu_delegate import cli
+from gpu_delegate import tools
 from gpu_delegate.cli import GPU_BACKENDS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -68,7 +68,7 @@ def load_models(args) -> list[tuple[str, bytes]]:
 
 
 def demo_content(size: int, width: float) -> bytes:
-    content, _ = cli._demo(size, width)
+    content, _ = tools.demo_model(size, width)
     return content
 
 
@@ -78,7 +78,7 @@ def make_interpreter(content: bytes, backend: str, profile: bool = False):
     import gpu_delegate as gd
 
     delegate = gd.GpuDelegate(backend=backend, enable_op_profiling=profile)
-    it = cli._interpreter(content, [delegate])
+    it = tools.make_interpreter(content, [delegate])
     it.allocate_tensors()
     return it, delegate
 
@@ -165,11 +165,11 @@ def child(spec: str, backend: str) -> None:
         content = Path(spec).read_bytes()
     t2 = time.perf_counter()
     delegate = gd.GpuDelegate(backend=backend)
-    it = cli._interpreter(content, [delegate])
+    it = tools.make_interpreter(content, [delegate])
     t3 = time.perf_counter()
     it.allocate_tensors()
     t4 = time.perf_counter()
-    cli._set_inputs(it, [cli.random_input(d["shape"], d["dtype"], np.random.default_rng(0))
+    tools.set_inputs(it, [tools.random_input(d["shape"], d["dtype"], np.random.default_rng(0))
                          for d in it.get_input_details()])
     it.invoke()
     t5 = time.perf_counter()
@@ -188,9 +188,9 @@ def litert_outputs(content: bytes, inputs: list[np.ndarray]) -> list[np.ndarray]
         return None
     it = Interpreter(model_content=content)
     it.allocate_tensors()
-    cli._set_inputs(it, inputs)
+    tools.set_inputs(it, inputs)
     it.invoke()
-    return cli._outputs(it)
+    return tools.get_outputs(it)
 
 
 def bench_model(name: str, content: bytes, spec: str, args) -> dict:
@@ -201,28 +201,28 @@ def bench_model(name: str, content: bytes, spec: str, args) -> dict:
         it, _ = make_interpreter(content, backend)
         entries[backend] = it
         print(f"  {backend}: ready in {time.perf_counter() - t0:.1f} s, nodes "
-              f"{cli._backend_counts(it)}", file=sys.stderr)
+              f"{tools.backend_counts(it)}", file=sys.stderr)
     rng = np.random.default_rng(0)
-    inputs = [cli.random_input(d["shape"], d["dtype"], rng) for d in entries["cl"].get_input_details()]
+    inputs = [tools.random_input(d["shape"], d["dtype"], rng) for d in entries["cl"].get_input_details()]
     for it in entries.values():
-        cli._set_inputs(it, inputs)
+        tools.set_inputs(it, inputs)
         it.invoke()  # the first invoke compiles what the driver compiles lazily
     times: dict[str, list[float]] = {b: [] for b in entries}
     order = list(entries)
     for r in range(args.rounds):
         for backend in order[r % 2:] + order[:r % 2]:
-            times[backend] += [cli._timed_invoke(entries[backend]) for _ in range(args.runs)]
+            times[backend] += [tools.timed_invoke(entries[backend]) for _ in range(args.runs)]
     ref = litert_outputs(content, inputs)
     result = {"model": name, "backends": {}}
     for backend, it in entries.items():
-        row = {"median_ms": statistics.median(times[backend]), "latency_ms": cli._stats(times[backend]),
-               "nodes": cli._backend_counts(it),
-               "max_abs_error_vs_litert": cli._max_abs_error(cli._outputs(it), ref) if ref else None}
+        row = {"median_ms": statistics.median(times[backend]), "latency_ms": tools.latency_stats(times[backend]),
+               "nodes": tools.backend_counts(it),
+               "max_abs_error_vs_litert": tools.max_abs_error(tools.get_outputs(it), ref) if ref else None}
         result["backends"][backend] = row
     del entries
     for backend in GPU_BACKENDS:
         it, delegate = make_interpreter(content, backend, profile=True)
-        cli._set_inputs(it, inputs)
+        tools.set_inputs(it, inputs)
         result["backends"][backend].update(kernels_device_ms=device_kernel_times(it, delegate, args.kernel_runs),
                                            kernels_host_ms=host_kernel_times(it, delegate.backend, args.kernel_runs))
         if not args.no_first_start:
@@ -252,7 +252,7 @@ def report(results: list[dict], top: int) -> str:
                      fmt(cl_["max_abs_error_vs_litert"]), fmt(gl["max_abs_error_vs_litert"])])
     text = ["Steady state: median ms per invoke; first start: construction + allocate + first invoke in a fresh "
             "process with empty caches (s); compile: the runner's compile_s in that process (s).", "",
-            cli._table(["model", "nodes on cl", "nodes on gl", "cl ms", "gl ms", "GL/CL", "cl first start s",
+            tools.markdown_table(["model", "nodes on cl", "nodes on gl", "cl ms", "gl ms", "GL/CL", "cl first start s",
                         "gl first start s", "GL/CL first", "cl compile s", "gl compile s", "cl 1st invoke s",
                         "gl 1st invoke s", "cl max err", "gl max err"], rows)]
     for r in results:
@@ -271,7 +271,7 @@ def report(results: list[dict], top: int) -> str:
                  "timer (profiling events, timer queries); host: the kernel dispatched alone, timed until the "
                  f"device finished (includes the dispatch overhead). Totals: {totals}."
                  + (f" No device column for {', '.join(broken)}: its counters read ~0." if broken else ""), "",
-                 cli._table(["kernel", *(name for name, _ in columns), "GL/CL (host)"],
+                 tools.markdown_table(["kernel", *(name for name, _ in columns), "GL/CL (host)"],
                             [[lab, *(fmt(src.get(lab)) for _, src in columns),
                               fmt(host["gl"][lab] / host["cl"][lab] if lab in host["cl"] and lab in host["gl"]
                                   else None)] for lab in labels])]
@@ -279,7 +279,7 @@ def report(results: list[dict], top: int) -> str:
 
 
 def plot(results: list[dict], path: str) -> None:
-    plt = cli._need_matplotlib()
+    plt = tools.pyplot()
     names = [r["model"] for r in results]
     panels = [("steady-state latency (median ms, log)", "median_ms", True),
               ("first start, cold caches (s)", "first_start_s", False),

@@ -42,8 +42,9 @@ def plans(interpreter) -> list:
 
 def bench_model(path: Path, backends: list[str], rounds: int, runs: int, warmup: int) -> tuple[dict, dict]:
     """({backend: (median ms, max abs error vs LiteRT)}, {GPU backend: (naive bytes, planned bytes)})."""
-    import gpu_delegate as gd
     from ai_edge_litert.interpreter import Interpreter as LiteRT
+
+    import gpu_delegate as gd
 
     interpreters = {"LiteRT": LiteRT(model_path=str(path), num_threads=2),
                     "numba CPU": gd.Interpreter(model_path=str(path), num_threads=2)}

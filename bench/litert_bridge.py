@@ -148,9 +148,9 @@ def _with_delegate(interpreter, path: Path, backend: str):
 def models_table() -> list[str]:
     """Every shared model, with probes (intermediate float tensors made outputs, see tests/test_litert_bridge.py)
     since the MobileNets' final outputs are the same 0.001 whatever the weights."""
-    sys.path.insert(0, str(ROOT / "tests"))
-    from reference import assert_matches, random_inputs, run
-    from test_litert_bridge import with_probes
+    sys.path.insert(0, str(ROOT))  # run as a script: the repository root holds the tests package
+    from tests.reference import assert_matches, random_inputs, run
+    from tests.test_litert_bridge import with_probes
 
     lines = ["| model | backend | nodes taken (LiteRT / ours) | outputs: max abs error | probes: max error / "
              "max\\|ref\\| | outputs within tolerance |", "|---|---|---|---|---|---|"]

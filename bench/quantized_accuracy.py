@@ -443,7 +443,7 @@ def main(argv: list[str] | None = None) -> int:
         os.environ.update(POCL_CACHE_DIR=f"{tmp.name}/pocl", MESA_SHADER_CACHE_DIR=f"{tmp.name}/mesa",
                           PYOPENCL_CACHE_DIR=f"{tmp.name}/pyopencl", XDG_CACHE_HOME=f"{tmp.name}/xdg")
     import gpu_delegate as gd
-    from gpu_delegate import cli
+    from gpu_delegate import tools
 
     started = time.perf_counter()
     load = {"start": os.getloadavg()}
@@ -461,7 +461,7 @@ def main(argv: list[str] | None = None) -> int:
         flavour = name.rsplit("_", 1)[1]
         version = int(name.split("_")[1][1:])
         rng = np.random.default_rng(args.seed)
-        inputs = [cli.random_input(d["shape"], d["dtype"], rng)
+        inputs = [tools.random_input(d["shape"], d["dtype"], rng)
                   for d in gd.Interpreter(model_content=content).get_input_details()]
         outputs, _ = litert_run(content, inputs, keep_all=False)
         builtin_outputs, tensors = litert_run(content, inputs, keep_all=True)

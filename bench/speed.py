@@ -31,8 +31,9 @@ MODELS = ("mobilenet_v1_224_fp32", "mobilenet_v2_224_fp32", "mobilenet_v1_224_in
 
 
 def make_interpreters(path: Path, backends: list[str]) -> dict:
-    import gpu_delegate as gd
     from ai_edge_litert.interpreter import Interpreter as LiteRT
+
+    import gpu_delegate as gd
 
     its = {"LiteRT": LiteRT(model_path=str(path), num_threads=2)}
     for b in backends:
@@ -58,13 +59,13 @@ def kernels_alone(runner) -> float:
 
 def bench_model(path: Path, backends: list[str], rounds: int, runs: int) -> list[dict]:
     import gpu_delegate as gd
-    from gpu_delegate import cli
+    from gpu_delegate import tools
 
     its = make_interpreters(path, backends)
     graph = gd.Interpreter(model_path=str(path)).graph
     macs = gd.GpuDelegate(backend="cl").partition_weight(graph.nodes, graph)
     rng = np.random.default_rng(0)
-    inputs = [cli.random_input(d["shape"], d["dtype"], rng) for d in its["LiteRT"].get_input_details()]
+    inputs = [tools.random_input(d["shape"], d["dtype"], rng) for d in its["LiteRT"].get_input_details()]
     for it in its.values():
         it.allocate_tensors()
         for d, x in zip(it.get_input_details(), inputs):

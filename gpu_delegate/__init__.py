@@ -4,8 +4,7 @@ from .delegate import DelegateKernel, SimpleDelegate
 from .errors import DelegateError, ModelError
 from .gpu import GpuDelegate
 from .interpreter import Interpreter
-
-__version__ = "0.1.0"
+from .version import __version__
 
 __all__ = ["Interpreter", "GpuDelegate", "SimpleDelegate", "DelegateKernel", "ModelError", "DelegateError",
            "__version__"]

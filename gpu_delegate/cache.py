@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from .lowering.plan import KernelCall, Plan, PostOp
+from .version import __version__
 
 log = logging.getLogger("gpu_delegate")
 
@@ -101,8 +102,6 @@ class Cache:
             header, payload = _unpack(data)
         except ValueError as e:
             return self._reject(path, str(e))
-        from . import __version__
-
         if header.get("package") != __version__:
             return self._reject(path, f"was written by gpu_delegate {header.get('package')}, this is {__version__}")
         if header.get("device") != device:
@@ -122,8 +121,6 @@ class Cache:
 
     # -- writing -------------------------------------------------------------------------------------------
     def store(self, path: Path, device: str, backend: str, plan: Plan, binaries: dict[str, bytes]) -> bool:
-        from . import __version__
-
         blobs: dict[str, bytes] = {f"const:{k}": np.ascontiguousarray(v, np.float32).tobytes()
                                    for k, v in plan.consts.items()}
         blobs.update({f"bin:{k}": v for k, v in binaries.items()})

@@ -20,13 +20,18 @@ import statistics
 import sys
 import time
 from collections import Counter, defaultdict
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
+from . import tools
+from .cache import Cache
 from .errors import DelegateError, ModelError
+from .gpu import GpuDelegate
+from .ops.base import get_op
+from .tflite.reader import read_model
 
 PROG = "gpu-delegate"
 GPU_BACKENDS = ("cl", "gl")
@@ -147,21 +152,8 @@ def _read_model(path: str) -> bytes:
         raise UserError(f"cannot read model file {path!r}: {e.strerror or e}") from None
 
 
-def _demo(input_size: int, width: float) -> tuple[bytes, str]:
-    from .tflite.demo_model import mobilenet_v2_model
-
-    return mobilenet_v2_model(input_size, width), \
-        f"built-in MobileNetV2 (input {input_size}x{input_size}x3, width {width:g}, random weights)"
-
-
 def make_delegate(backend: str, precision_loss_allowed: bool = False, serialization_dir: str | None = None,
-                  model_token: str | None = None):
-    """A GpuDelegate; imported here so that the CPU-only commands never load a GPU API."""
-    try:
-        from . import GpuDelegate
-    except ImportError:
-        raise UserError("the GPU delegate (gpu_delegate.GpuDelegate) is not available in this installation") \
-            from None
+                  model_token: str | None = None) -> GpuDelegate:
     return GpuDelegate(backend=backend, precision_loss_allowed=precision_loss_allowed,
                        serialization_dir=serialization_dir, model_token=model_token)
 
@@ -172,42 +164,6 @@ def _fell_back(delegate, backend: str) -> bool:
     return name == "cpu" or (backend != "auto" and name != backend)
 
 
-def _interpreter(content: bytes, delegates: list, num_threads: int | None = None, path: str | None = None):
-    """Our interpreter; given the file's ``path``, its errors name the file rather than "model_content"."""
-    from .interpreter import Interpreter
-
-    source = {"model_path": path} if path else {"model_content": content}
-    return Interpreter(**source, experimental_delegates=delegates, num_threads=num_threads)
-
-
-def random_input(shape: Sequence[int], dtype, rng: np.random.Generator) -> np.ndarray:
-    """Gaussian floats; integers spanning an 8-bit range (the full range of int8/uint8)."""
-    dt = np.dtype(dtype)
-    shape = tuple(int(s) for s in shape)
-    if dt.kind in "fc":
-        return rng.standard_normal(shape).astype(dt)
-    if dt == np.bool_:
-        return rng.integers(0, 2, shape).astype(bool)
-    info = np.iinfo(dt)
-    high = min(info.max, 255 if info.min == 0 else 127)
-    return rng.integers(max(info.min, -128), high + 1, shape).astype(dt)
-
-
-def _set_inputs(it, inputs: list[np.ndarray]) -> None:
-    for d, x in zip(it.get_input_details(), inputs):
-        it.set_tensor(d["index"], x)
-
-
-def _outputs(it) -> list[np.ndarray]:
-    return [it.get_tensor(d["index"]) for d in it.get_output_details()]
-
-
-def _timed_invoke(it) -> float:
-    t = time.perf_counter()
-    it.invoke()
-    return (time.perf_counter() - t) * 1e3
-
-
 def _progress(iterable, total: int, desc: str):
     from tqdm import tqdm
 
@@ -215,31 +171,8 @@ def _progress(iterable, total: int, desc: str):
     return tqdm(iterable, total=total, desc=desc, file=sys.stderr, delay=1.5, leave=False, unit="run")
 
 
-def _stats(ms: list[float]) -> dict:
-    return {"count": len(ms), "avg": statistics.fmean(ms), "std": statistics.pstdev(ms),
-            "min": min(ms), "median": statistics.median(ms), "max": max(ms)}
-
-
 def _peak_memory_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # KiB on Linux
-
-
-def _backend_counts(it) -> dict[str, int]:
-    return dict(Counter(d["backend"] for d in it.get_ops_details()))
-
-
-def _max_abs_error(outs: list[np.ndarray], refs: list[np.ndarray]) -> float:
-    err = 0.0
-    for o, r in zip(outs, refs):
-        if o.size:
-            err = max(err, float(np.max(np.abs(o.astype(np.float64) - r.astype(np.float64)))))
-    return err
-
-
-def _table(header: Sequence[str], rows: list[Sequence]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
-    return "\n".join(lines)
 
 
 def _write_json(path: str | None, data: dict) -> None:
@@ -252,15 +185,11 @@ def _write_json(path: str | None, data: dict) -> None:
     print(f"Results written to {path}")
 
 
-def _need_matplotlib():
+def _need_matplotlib() -> Any:
     try:
-        import matplotlib
+        return tools.pyplot()
     except ImportError:
         raise UserError("--plot needs matplotlib: pip install 'gpu_delegate[plot]'") from None
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
 
 
 def _bar_chart(plt, path: str, labels: list[str], values: list[float], errors: list[float] | None,
@@ -282,97 +211,6 @@ def _bar_chart(plt, path: str, labels: list[str], values: list[float], errors: l
 
 # -- op profiling --------------------------------------------------------------------------------------------
 
-class OpProfiler:
-    """Times every CPU node and every delegated partition while active.
-
-    CPU nodes are timed by wrapping each registered op's ``run_cpu`` (the node is its first argument);
-    partitions by wrapping the kernels the delegate creates, which the interpreter calls as one step.
-    """
-
-    def __init__(self) -> None:
-        self.ms: dict[tuple, list[float]] = defaultdict(list)
-        self.active = False
-
-    def wrap_delegate(self, delegate) -> None:
-        create = delegate.create_kernel
-        backend = getattr(delegate, "backend_name", delegate.name)
-        profiler = self
-
-        def create_kernel():
-            kernel = create()
-            init, invoke = kernel.init, kernel.invoke
-            key: list[tuple] = []  # set by init: the partition's nodes
-
-            def timed_init(graph, node_indices, input_ids, output_ids):
-                key[:] = [("partition", backend, tuple(node_indices))]
-                return init(graph, node_indices, input_ids, output_ids)
-
-            def timed_invoke(tensors):
-                t = time.perf_counter()
-                result = invoke(tensors)
-                if profiler.active:
-                    profiler.ms[key[0]].append((time.perf_counter() - t) * 1e3)
-                return result
-
-            kernel.init, kernel.invoke = timed_init, timed_invoke
-            return kernel
-
-        delegate.create_kernel = create_kernel
-
-    @contextmanager
-    def timing_cpu_nodes(self) -> Iterator[None]:
-        from .ops.base import REGISTRY
-
-        classes = set(REGISTRY.values())
-        originals = {cls: (cls.__dict__.get("run_cpu"), cls.run_cpu) for cls in classes}
-
-        def timed(fn):
-            def run_cpu(node, graph, inputs):
-                t = time.perf_counter()
-                out = fn(node, graph, inputs)
-                self.ms[("node", node.index, node.op)].append((time.perf_counter() - t) * 1e3)
-                return out
-            return staticmethod(run_cpu)
-
-        for cls, (_, fn) in originals.items():
-            cls.run_cpu = timed(fn)
-        self.active = True
-        try:
-            yield
-        finally:
-            self.active = False
-            for cls, (own, _) in originals.items():
-                if own is None:
-                    del cls.run_cpu
-                else:
-                    cls.run_cpu = own
-
-    def report(self, runs: int) -> tuple[str, list[dict]]:
-        rows = []
-        for key, ms in self.ms.items():
-            avg = sum(ms) / max(runs, 1)
-            if key[0] == "node":
-                rows.append({"node": key[1], "op": key[2], "backend": "cpu", "avg_ms": avg})
-            else:
-                nodes = key[2]
-                rows.append({"node": min(nodes), "op": f"DELEGATE ({len(nodes)} nodes)", "backend": key[1],
-                             "nodes": list(nodes), "avg_ms": avg})
-        rows.sort(key=lambda r: r["node"])
-        total = sum(r["avg_ms"] for r in rows) or 1.0
-        by_type: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
-        for r in rows:
-            kind = r["op"] if r["backend"] == "cpu" else f"DELEGATE/{r['backend']}"
-            by_type[kind][0] += 1
-            by_type[kind][1] += r["avg_ms"]
-        order = _table(["node", "op", "runs on", "avg ms", "%"],
-                       [[r["node"], r["op"], r["backend"], f"{r['avg_ms']:.3f}",
-                         f"{100 * r['avg_ms'] / total:.1f}"] for r in rows])
-        summary = _table(["node type", "count", "avg ms", "%"],
-                         [[k, n, f"{t:.3f}", f"{100 * t / total:.1f}"]
-                          for k, (n, t) in sorted(by_type.items(), key=lambda kv: -kv[1][1])])
-        text = f"Operator-wise profile (run order):\n{order}\n\nSummary by node type:\n{summary}"
-        return text, rows
-
 
 # -- benchmark -----------------------------------------------------------------------------------------------
 
@@ -391,7 +229,7 @@ def cmd_benchmark(args) -> int:
     if args.graph:
         content, label = _read_model(args.graph), args.graph
     else:
-        content, label = _demo(args.demo_input_size, args.demo_width)
+        content, label = tools.demo_model(args.demo_input_size, args.demo_width)
     print(f"Graph: {label}")
     print(f"Num runs: {args.num_runs}, warm-up runs: {args.warmup_runs}, "
           f"threads: {args.num_threads if args.num_threads else 'default'}")
@@ -401,32 +239,29 @@ def cmd_benchmark(args) -> int:
     backend = args.gpu_backend or "auto"
     delegates = [make_delegate(backend, args.gpu_precision_loss_allowed, args.delegate_serialize_dir,
                                args.delegate_serialize_token)] if use_gpu else []
-    profiler = OpProfiler() if args.enable_op_profiling else None
-    if profiler:
-        for d in delegates:
-            profiler.wrap_delegate(d)
+    profiler = tools.OpProfiler() if args.enable_op_profiling else None
     print(f"Delegate: {delegates[0]!r}" if delegates else "Delegate: none (numba CPU kernels)")
     if delegates and _fell_back(delegates[0], backend):
         why = getattr(delegates[0], "unavailable", "") or "unavailable"
         print(f"Note: no {backend} GPU backend ({why}): every node runs on the CPU")
 
     t0 = time.perf_counter()
-    it = _interpreter(content, delegates, args.num_threads, args.graph)
+    it = tools.make_interpreter(content, delegates, args.num_threads, args.graph)
     it.allocate_tensors()
     init_ms = (time.perf_counter() - t0) * 1e3
     print(f"Initialized session in {init_ms:.3f} ms.")
-    counts = _backend_counts(it)
+    counts = tools.backend_counts(it)
     print(f"Nodes: {sum(counts.values())} ({', '.join(f'{k}: {v}' for k, v in sorted(counts.items()))})")
-    _set_inputs(it, [random_input(d["shape"], d["dtype"], rng) for d in it.get_input_details()])
+    tools.set_inputs(it, [tools.random_input(d["shape"], d["dtype"], rng) for d in it.get_input_details()])
 
-    first_ms = _timed_invoke(it)
-    warmup = [_timed_invoke(it) for _ in _progress(range(args.warmup_runs), args.warmup_runs, "warm-up")]
+    first_ms = tools.timed_invoke(it)
+    warmup = [tools.timed_invoke(it) for _ in _progress(range(args.warmup_runs), args.warmup_runs, "warm-up")]
     if profiler:
-        with profiler.timing_cpu_nodes():
-            runs = [_timed_invoke(it) for _ in _progress(range(args.num_runs), args.num_runs, "benchmark")]
-    else:
-        runs = [_timed_invoke(it) for _ in _progress(range(args.num_runs), args.num_runs, "benchmark")]
-    s = _stats(runs)
+        profiler.attach(it)
+    runs = [tools.timed_invoke(it) for _ in _progress(range(args.num_runs), args.num_runs, "benchmark")]
+    if profiler:
+        profiler.detach(it)
+    s = tools.latency_stats(runs)
     warm_avg = statistics.fmean(warmup) if warmup else float("nan")
     peak = _peak_memory_mb()
     print(f"First inference: {first_ms:.3f} ms")
@@ -466,42 +301,42 @@ def _benchmark_all(args, content: bytes, rng: np.random.Generator, plt) -> int:
             if delegates and _fell_back(delegates[0], backend):
                 raise DelegateError(getattr(delegates[0], "unavailable", "") or "no such backend here")
             t0 = time.perf_counter()
-            it = _interpreter(content, delegates, args.num_threads, args.graph)
+            it = tools.make_interpreter(content, delegates, args.num_threads, args.graph)
             it.allocate_tensors()
             print(f"{backend}: initialized in {(time.perf_counter() - t0) * 1e3:.1f} ms, nodes "
-                  + ", ".join(f"{k}: {v}" for k, v in sorted(_backend_counts(it).items())))
+                  + ", ".join(f"{k}: {v}" for k, v in sorted(tools.backend_counts(it).items())))
             entries.append((backend, it))
         except DelegateError as e:
             if backend == "cpu":
                 raise
             unavailable[backend] = str(e).splitlines()[0]
             print(f"{backend}: unavailable ({unavailable[backend]})")
-    inputs = [random_input(d["shape"], d["dtype"], rng) for d in entries[0][1].get_input_details()]
+    inputs = [tools.random_input(d["shape"], d["dtype"], rng) for d in entries[0][1].get_input_details()]
     first: dict[str, float] = {}
     for name, it in entries:
-        _set_inputs(it, inputs)
-        first[name] = _timed_invoke(it)
+        tools.set_inputs(it, inputs)
+        first[name] = tools.timed_invoke(it)
         for _ in range(args.warmup_runs):
             it.invoke()
     times: dict[str, list[float]] = {name: [] for name, _ in entries}
     for r in _progress(range(args.num_runs), args.num_runs, "rounds"):
         k = r % len(entries)
         for name, it in entries[k:] + entries[:k]:  # rotate who goes first each round
-            times[name].append(_timed_invoke(it))
-    ref = _outputs(dict(entries)["cpu"])
+            times[name].append(tools.timed_invoke(it))
+    ref = tools.get_outputs(dict(entries)["cpu"])
     cpu_median = statistics.median(times["cpu"])
     rows, result_rows = [], []
     for name, it in entries:
         med = statistics.median(times[name])
-        err = _max_abs_error(_outputs(it), ref)
+        err = tools.max_abs_error(tools.get_outputs(it), ref)
         rows.append([name, f"{med:.3f}", f"{med / cpu_median:.2f}", f"{err:.3g}"])
         result_rows.append({"backend": name, "median_ms": med, "ratio_to_cpu": med / cpu_median,
                             "max_abs_error_vs_cpu": err, "first_inference_ms": first[name],
-                            "inference_ms": _stats(times[name])})
+                            "inference_ms": tools.latency_stats(times[name])})
     for name, why in unavailable.items():
         rows.append([name, "unavailable", "-", "-"])
         result_rows.append({"backend": name, "unavailable": why})
-    print(_table(["backend", "median ms", "ratio to cpu", "max abs error vs cpu"], rows))
+    print(tools.markdown_table(["backend", "median ms", "ratio to cpu", "max abs error vs cpu"], rows))
     print(f"Peak memory footprint (maxrss): {_peak_memory_mb():.1f} MB")
     _write_json(args.output_json, {"num_runs": args.num_runs, "backends": result_rows,
                                    "peak_memory_mb": _peak_memory_mb()})
@@ -521,7 +356,7 @@ def _reference(content: bytes, path: str):
         from ai_edge_litert import __version__ as litert_version
         from ai_edge_litert.interpreter import Interpreter as LiteRT
     except ImportError:
-        it = _interpreter(content, [], 1, path)
+        it = tools.make_interpreter(content, [], 1, path)
         it.allocate_tensors()
         return it, "gpu_delegate CPU path, 1 thread (LiteRT is not installed)"
     try:
@@ -535,28 +370,22 @@ def _reference(content: bytes, path: str):
 def cmd_diff(args) -> int:
     content = _read_model(args.model)
     use_gpu = args.use_gpu
-    note = ""
     if use_gpu is None:
         use_gpu = True
-        if args.gpu_backend is None:
-            try:
-                from . import GpuDelegate  # noqa: F401
-            except ImportError:
-                use_gpu, note = False, " (the GPU delegate is not available in this installation)"
     if use_gpu:
         backend = args.gpu_backend or "auto"
         delegates = [make_delegate(backend, args.gpu_precision_loss_allowed)]
         test_name = repr(delegates[0])
     else:
         delegates, test_name = [], "gpu_delegate CPU path (numba kernels)"
-    test = _interpreter(content, delegates, path=args.model)
+    test = tools.make_interpreter(content, delegates, path=args.model)
     test.allocate_tensors()
     ref, ref_name = _reference(content, args.model)
     print(f"Model: {args.model}")
     print(f"Reference: {ref_name}")
-    print(f"Test: {test_name}{note}")
+    print(f"Test: {test_name}")
     if use_gpu:
-        counts = _backend_counts(test)
+        counts = tools.backend_counts(test)
         print(f"Test nodes: {', '.join(f'{k}: {v}' for k, v in sorted(counts.items()))}")
     rng = np.random.default_rng(args.seed)
     details = test.get_input_details()
@@ -566,17 +395,17 @@ def cmd_diff(args) -> int:
     ref.invoke()  # untimed: the first invoke compiles kernels (numba, GPU programs)
     test.invoke()
     for _ in _progress(range(args.num_runs), args.num_runs, "diff"):
-        inputs = [random_input(d["shape"], d["dtype"], rng) for d in details]
-        _set_inputs(ref, inputs)
-        _set_inputs(test, inputs)
-        ref_ms.append(_timed_invoke(ref))
-        test_ms.append(_timed_invoke(test))
-        for k, (o, r) in enumerate(zip(_outputs(test), _outputs(ref))):
+        inputs = [tools.random_input(d["shape"], d["dtype"], rng) for d in details]
+        tools.set_inputs(ref, inputs)
+        tools.set_inputs(test, inputs)
+        ref_ms.append(tools.timed_invoke(ref))
+        test_ms.append(tools.timed_invoke(test))
+        for k, (o, r) in enumerate(zip(tools.get_outputs(test), tools.get_outputs(ref))):
             if o.shape != r.shape:
                 raise UserError(f"output {k} has shape {list(o.shape)} on the test side and {list(r.shape)} "
                                 "on the reference")
             errors[k].append(np.abs(o.astype(np.float64) - r.astype(np.float64)))
-    rs, ts = _stats(ref_ms), _stats(test_ms)
+    rs, ts = tools.latency_stats(ref_ms), tools.latency_stats(test_ms)
     print(f"Num evaluation runs: {args.num_runs}")
     print(f"Reference run latency: avg={rs['avg']:.3f} ms, std={rs['std']:.3f} ms")
     print(f"Test run latency: avg={ts['avg']:.3f} ms, std={ts['std']:.3f} ms")
@@ -588,7 +417,7 @@ def cmd_diff(args) -> int:
         rows.append([k, d["name"], list(map(int, d["shape"])), f"{avg:.3g}", f"{std:.3g}", f"{mx:.3g}"])
         result_outputs.append({"index": k, "name": d["name"], "avg_error": avg, "std_dev": std,
                                "max_abs_error": mx})
-    print(_table(["output", "name", "shape", "avg abs error", "std over runs", "max abs error"], rows))
+    print(tools.markdown_table(["output", "name", "shape", "avg abs error", "std over runs", "max abs error"], rows))
     _write_json(args.output_json, {"model": args.model, "reference": ref_name, "test": test_name,
                                    "num_runs": args.num_runs, "reference_latency_ms": rs,
                                    "test_latency_ms": ts, "outputs": result_outputs})
@@ -618,13 +447,11 @@ def _mmacs(n: int) -> str:
 
 
 def cmd_inspect(args) -> int:
-    from .ops.base import get_op
-    from .tflite.reader import read_model
 
     if args.model:
         content, label = _read_model(args.model), args.model
     else:
-        content, label = _demo(args.demo_input_size, args.demo_width)
+        content, label = tools.demo_model(args.demo_input_size, args.demo_width)
     model = read_model(content, label)
     graph = model.main
     print(f"Model: {label} ({len(content)} bytes, schema version {model.version}, {len(model.subgraphs)} "
@@ -635,7 +462,7 @@ def cmd_inspect(args) -> int:
         print(f"Signature {s.key!r}: inputs {list(s.inputs)} -> outputs {list(s.outputs)}")
     for title, ids in (("Inputs", graph.inputs), ("Outputs", graph.outputs)):
         print(f"\n{title}:")
-        print(_table(["index", "name", "shape", "dtype", "quantization"],
+        print(tools.markdown_table(["index", "name", "shape", "dtype", "quantization"],
                      [[i, graph.tensors[i].name, _shape_text(graph.tensors[i]),
                        graph.tensors[i].type_name.lower() or graph.tensors[i].dtype.name,
                        _quant_text(graph.tensors[i].quant)] for i in ids]))
@@ -644,7 +471,7 @@ def cmd_inspect(args) -> int:
     reasons: dict[int, str] = {}
     partitions: list[list[int]] = []
     if args.gpu_backend:
-        it = _interpreter(content, [make_delegate(args.gpu_backend)], path=args.model)
+        it = tools.make_interpreter(content, [make_delegate(args.gpu_backend)], path=args.model)
         placement = {d["index"]: d["backend"] for d in it.get_ops_details()}
         reasons = it.cpu_reasons()
         partitions = _partitions(it)
@@ -663,7 +490,7 @@ def cmd_inspect(args) -> int:
         rows.append([node.index, node.op + (" (custom)" if node.custom else ""), outs, where,
                      _mmacs(macs), note])
     print(f"\nNodes ({len(graph.nodes)}):")
-    print(_table(["#", "op", "output shape", "runs on", "MACs", "why on the CPU"], rows))
+    print(tools.markdown_table(["#", "op", "output shape", "runs on", "MACs", "why on the CPU"], rows))
     if args.gpu_backend:
         counts = Counter(placement.values())
         print(f"\nPlacement: {', '.join(f'{k}: {v}' for k, v in sorted(counts.items()))}; "
@@ -672,7 +499,7 @@ def cmd_inspect(args) -> int:
             print(f"  partition {k}: {len(nodes)} nodes ({_ranges(nodes)})")
     total = sum(m for _, m in macs_by_op.values())
     print("\nWork by op type:")
-    print(_table(["op", "nodes", "MACs", "%"],
+    print(tools.markdown_table(["op", "nodes", "MACs", "%"],
                  [[name, n, _mmacs(m), f"{100 * m / total:.1f}" if total else "-"]
                   for name, (n, m) in sorted(macs_by_op.items(), key=lambda kv: -kv[1][1])]))
     print(f"Total: {_mmacs(total)} MACs per inference")
@@ -695,7 +522,6 @@ def _ranges(nodes: list[int]) -> str:
 
 
 def cmd_cache(args) -> int:
-    from .cache import Cache
 
     directory = Path(args.directory)
     if not directory.is_dir():

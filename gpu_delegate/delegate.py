@@ -11,6 +11,7 @@ from collections.abc import Mapping, MutableMapping
 import numpy as np
 
 from .graph import Graph, Node
+from .litert import native_delegate_pointer
 
 
 class DelegateKernel:
@@ -53,6 +54,4 @@ class SimpleDelegate:
     def _get_native_delegate_pointer(self) -> int:
         """The address of a TfLiteDelegate that runs this delegate inside LiteRT's own interpreter:
         ``ai_edge_litert.interpreter.Interpreter(..., experimental_delegates=[delegate])`` calls this."""
-        from .litert import native_delegate_pointer
-
         return native_delegate_pointer(self)

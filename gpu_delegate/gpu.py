@@ -8,13 +8,16 @@ from pathlib import Path
 
 import numpy as np
 
+from . import backends
+from .cache import Cache
 from .cpu.quant import dequantize, quantize
 from .delegate import DelegateKernel, SimpleDelegate
 from .errors import KERNEL_FAULTS, DelegateError, ModelError
 from .graph import FOLDED_ON_CONSTANTS, Graph, Node
-from .phwc4 import bhwc, slices, vec4_count
 from .ops import get_op
 from .ops.base import run_node
+from .phwc4 import bhwc, slices, vec4_count
+from .runner import PlanRunner
 
 log = logging.getLogger("gpu_delegate")
 
@@ -42,8 +45,6 @@ class GpuDelegate(SimpleDelegate):
         if inference_preference not in ("fast_single_answer", "sustained_speed"):
             raise ValueError(f"GpuDelegate option inference_preference={inference_preference!r} is not one of "
                              "fast_single_answer, sustained_speed")
-        from .cache import Cache
-
         self.cache = Cache.open(serialization_dir, model_token)  # validates both options
         self.precision_loss_allowed = bool(precision_loss_allowed)
         self.enable_quantized_inference = bool(enable_quantized_inference)
@@ -147,13 +148,11 @@ class GpuDelegate(SimpleDelegate):
 
 
 def _create_backend(requested: str, profile: bool):
-    from .backends import create_backend
-
     names = ["cl", "gl"] if requested == "auto" else [requested]
     reasons = []
     for name in names:
         try:
-            return create_backend(name, profile=profile), ""
+            return backends.create_backend(name, profile=profile), ""
         except DelegateError as e:
             if requested != "auto":
                 raise
@@ -187,8 +186,6 @@ class GpuKernel(DelegateKernel):
         shapes = self.infer_shapes({t: tuple(tensors[t].shape) for t in self.inputs})
         if shapes == self.prepared_shapes and (self.runner is not None or self.cpu_fallback):
             return
-        from .runner import PlanRunner
-
         self.free()  # the old plan's buffers go before the new ones are allocated
         computed = [t for t in shapes if self.graph.tensors[t].data is None]
         empty = [t for t in computed if 0 in shapes[t]]

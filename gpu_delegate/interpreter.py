@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import weakref
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numba
@@ -25,6 +27,17 @@ log = logging.getLogger("gpu_delegate")
 
 # No single tensor may ask for more than this: a corrupt shape must fail cleanly, not exhaust memory.
 MAX_TENSOR_BYTES = 4 << 30
+
+
+@dataclass(frozen=True)
+class ProfileEvent:
+    """One step of an invoke, as the profiler set with `Interpreter.set_profiler` receives it: a node run on the
+    CPU kernels, or a partition run by a delegate."""
+
+    nodes: tuple[int, ...]
+    op: str  # the node's op; "DELEGATE" for a partition
+    backend: str  # "cpu", or the delegate's backend ("cl", "gl", or its name)
+    seconds: float
 
 
 class _Delegated:
@@ -71,6 +84,7 @@ class Interpreter:
         self._shapes: list[tuple[int, ...]] = [t.shape for t in self._graph.tensors]
         self._values: list[np.ndarray | None] = [t.data for t in self._graph.tensors]
         self._allocated = False
+        self._profiler: Callable[[ProfileEvent], None] | None = None
 
     # -- planning --------------------------------------------------------------------------------------
     def _plan(self) -> list:
@@ -272,6 +286,11 @@ class Interpreter:
         return view
 
     # -- running ----------------------------------------------------------------------------------------
+    def set_profiler(self, profiler: Callable[[ProfileEvent], None] | None) -> None:
+        """Call ``profiler`` with a ProfileEvent after every step of every invoke (None: stop). A delegated
+        partition is one step, as in TFLite's profiler."""
+        self._profiler = profiler
+
     def invoke(self) -> None:
         if not self._allocated:
             raise RuntimeError("Invoke called on model that is not ready: call allocate_tensors() first")
@@ -280,9 +299,15 @@ class Interpreter:
                 numba.set_num_threads(min(self._num_threads, numba.config.NUMBA_NUM_THREADS))
             values = self._values
             graph = self._graph
+            profiler = self._profiler
             for step in self._steps:
+                start = time.perf_counter() if profiler else 0.0
                 if isinstance(step, _Delegated):
                     step.kernel.invoke(_TensorView(values))
+                    if profiler:
+                        profiler(ProfileEvent(tuple(step.partition.nodes), "DELEGATE",
+                                              self._backend_of.get(step.partition.nodes[0], "cpu"),
+                                              time.perf_counter() - start))
                     continue
                 node = graph.nodes[step]
                 ins = [values[t] if t >= 0 else None for t in node.inputs]
@@ -292,6 +317,8 @@ class Interpreter:
                                          f"({graph.tensors[t].name!r}) which nothing has written")
                 for t, v in zip(node.outputs, run_node(node, graph, ins, self._source)):
                     values[t] = v
+                if profiler:
+                    profiler(ProfileEvent((node.index,), node.op, "cpu", time.perf_counter() - start))
 
     # -- signatures -------------------------------------------------------------------------------------
     def get_signature_list(self) -> dict[str, dict[str, list[str]]]:

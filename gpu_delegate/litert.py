@@ -32,19 +32,36 @@ import logging
 import sys
 import threading
 import weakref
-from ctypes import (CFUNCTYPE, POINTER, Structure, byref, c_bool, c_char_p, c_float, c_int, c_int32, c_int64,
-                    c_size_t, c_uint64, c_void_p, sizeof)
+from ctypes import (
+    CFUNCTYPE,
+    POINTER,
+    Structure,
+    byref,
+    c_bool,
+    c_char_p,
+    c_float,
+    c_int,
+    c_int32,
+    c_int64,
+    c_size_t,
+    c_uint64,
+    c_void_p,
+    sizeof,
+)
 from dataclasses import dataclass, field
 from importlib import metadata
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .delegate import DelegateKernel, SimpleDelegate
 from .dtypes import C_API_TO_NUMPY, C_API_TO_SCHEMA, SCHEMA_NAMES
 from .errors import DelegateError
 from .graph import Graph, Node, Quantization, Tensor
 from .partition import Partition, select_partitions
 from .tflite.schema import BUILTIN_OPS
+
+if TYPE_CHECKING:  # the delegate module calls this bridge; the bridge only names its types
+    from .delegate import DelegateKernel, SimpleDelegate
 
 log = logging.getLogger("gpu_delegate")
 

@@ -15,8 +15,9 @@ from .backends.codegen import API_LANGUAGE, Arg, KernelSpec, load_kernel, render
 from .cache import fingerprint, partition_parts
 from .errors import DelegateError
 from .lowering.pipeline import build_plan
-from .ops import get_op
 from .lowering.plan import KernelCall, Plan
+from .ops import get_op
+from .version import __version__
 
 log = logging.getLogger("gpu_delegate")
 
@@ -75,8 +76,6 @@ class PlanRunner:
     @classmethod
     def create(cls, delegate, graph, nodes, inputs, outputs, shapes) -> PlanRunner:
         """Build (or load from the serialization cache), compile and allocate the plan of a partition."""
-        from . import __version__
-
         backend = delegate.backend
         precision = "fp16" if delegate.precision_loss_allowed else "fp32"
         quantized = delegate.enable_quantized_inference

@@ -10,14 +10,16 @@ import stat
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
-from reference import assert_float_close, run, run_litert
 
 import gpu_delegate as gd
 from gpu_delegate import cache as cache_mod
 from gpu_delegate.tflite import ModelBuilder
+
+from .reference import assert_float_close, run, run_litert
 
 BACKENDS = ["cl", "gl"]
 
@@ -169,20 +171,19 @@ def test_read_only_directory_as_root_still_runs(tmp_path, reference):
 
 
 def test_processes_racing_on_one_empty_dir(tmp_path, reference):
-    script = textwrap.dedent(f"""
+    script = textwrap.dedent("""
         import json, sys
         import numpy as np
-        sys.path.insert(0, {os.path.dirname(__file__)!r})
         import gpu_delegate as gd
-        from test_cache import CONTENT, INPUTS
-        from reference import run
+        from tests.test_cache import CONTENT, INPUTS
+        from tests.reference import run
         d = gd.GpuDelegate(backend="cl", serialization_dir=sys.argv[1], model_token="race")
         it = gd.Interpreter(model_content=CONTENT, experimental_delegates=[d])
         out = run(it, INPUTS)[0]
         print(json.dumps(out.ravel().tolist()))
     """)
     procs = [subprocess.Popen([sys.executable, "-c", script, str(tmp_path)], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for _ in range(4)]
+                              stderr=subprocess.PIPE, text=True, cwd=Path(__file__).parents[1]) for _ in range(4)]
     for p in procs:
         out, err = p.communicate(timeout=300)
         assert p.returncode == 0, err

@@ -25,9 +25,10 @@ from pathlib import Path
 
 import numpy as np
 import tflite
-from reference import MODELS
 
 from gpu_delegate.tflite import ModelBuilder
+
+from .reference import MODELS
 
 SEED = 20240611
 CASE_TIMEOUT_S = 20.0  # one case; the slowest legitimate one (a mutated MobileNet) takes well under a second
@@ -330,15 +331,14 @@ def _run_all(cases: list[dict], workdir: Path) -> dict[int, str]:
     and a new child carries on after it."""
     cases_file = workdir / "cases.json"
     cases_file.write_text(json.dumps(cases))
-    code = (f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import test_fuzz; "
-            f"test_fuzz.worker(sys.argv[1], int(sys.argv[2]))")
+    code = "import sys; from tests import test_fuzz; test_fuzz.worker(sys.argv[1], int(sys.argv[2]))"
     outcomes: dict[int, str] = {}
     first = 0
     while first < len(cases):
         log = workdir / f"stderr_{first}.txt"
         with open(log, "w") as err:  # a file, not a pipe: a chatty child must not block on a full pipe
             proc = subprocess.Popen([sys.executable, "-c", code, str(cases_file), str(first)],
-                                    stdout=subprocess.PIPE, stderr=err, text=True,
+                                    stdout=subprocess.PIPE, stderr=err, text=True, cwd=Path(__file__).parents[1],
                                     env=dict(os.environ, PYTHONFAULTHANDLER="1"))
         current, started = None, False
         with selectors.DefaultSelector() as sel:

@@ -15,11 +15,12 @@ from __future__ import annotations
 import struct
 
 import numpy as np
-from reference import assert_float_close, assert_quant_close, run, run_litert
-from reference import shared_delegate as delegate
 
 import gpu_delegate as gd
 from gpu_delegate.tflite.writer import ModelBuilder
+
+from .reference import assert_float_close, assert_quant_close, run, run_litert
+from .reference import shared_delegate as delegate
 
 I32 = np.int32
 

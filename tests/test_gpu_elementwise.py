@@ -5,15 +5,14 @@ storage. Every test asserts that the nodes ran on the GPU backend under test."""
 
 from __future__ import annotations
 
-
 import numpy as np
 import pytest
-from reference import assert_float_close, assert_quant_close, run, run_litert
-from reference import shared_delegate as delegate
 
 import gpu_delegate as gd
 from gpu_delegate.tflite.writer import ModelBuilder
 
+from .reference import assert_float_close, assert_quant_close, run, run_litert
+from .reference import shared_delegate as delegate
 
 
 def run_gpu(content: bytes, inputs: list[np.ndarray], backend: str, fp16: bool = False,
@@ -256,7 +255,7 @@ def test_folded_dequantize_read_by_the_cpu(backend):
 def test_densify_and_dequantize_of_constants_are_folded(backend):
     """A sparse fp16 constant (1x4 blocks) through DENSIFY and DEQUANTIZE, added to the input: both folded
     at preparation, the ADD on the GPU reading the dense constant."""
-    from test_ops_quantize import _densify_model, to_sparse
+    from .test_ops_quantize import _densify_model, to_sparse
 
     rng = np.random.default_rng(8)
     dense = (rng.standard_normal((4, 8)) * 5).astype(np.float16)

@@ -7,13 +7,14 @@ distinct shape, so the shapes are small. Pure data movement must match LiteRT bi
 from __future__ import annotations
 
 import numpy as np
-from reference import assert_float_close, assert_quant_close, need_models, random_inputs, run, run_litert
-from reference import shared_delegate as delegate
 
 import gpu_delegate as gd
 from gpu_delegate.cpu.quant import dequantize, quantize
 from gpu_delegate.tflite import read_model
 from gpu_delegate.tflite.writer import ModelBuilder
+
+from .reference import assert_float_close, assert_quant_close, need_models, random_inputs, run, run_litert
+from .reference import shared_delegate as delegate
 
 I32 = np.int32
 

@@ -25,10 +25,18 @@ import warnings
 
 import numpy as np
 import pytest
-from reference import (MODELS, assert_float_close, assert_quant_close, need_models, random_inputs, run_litert,
-                       shared_delegate)
 
 import gpu_delegate as gd
+
+from .reference import (
+    MODELS,
+    assert_float_close,
+    assert_quant_close,
+    need_models,
+    random_inputs,
+    run_litert,
+    shared_delegate,
+)
 
 FLOAT_REL = 1e-4
 FP16_REL = 2e-2

@@ -33,11 +33,12 @@ from collections import Counter
 
 import numpy as np
 import pytest
-from reference import assert_float_close, need_models, run, run_litert, shared_delegate
 
 import gpu_delegate as gd
 import gpu_delegate.runner
 from gpu_delegate.tflite.writer import ModelBuilder
+
+from .reference import assert_float_close, need_models, run, run_litert, shared_delegate
 
 I32 = np.int32
 

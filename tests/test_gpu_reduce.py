@@ -5,15 +5,14 @@ Every test asserts that the nodes ran on the GPU backend under test."""
 
 from __future__ import annotations
 
-
 import numpy as np
 import pytest
-from reference import assert_float_close, assert_quant_close, need_models, run, run_litert
-from reference import shared_delegate as delegate
 
 import gpu_delegate as gd
 from gpu_delegate.tflite.writer import ModelBuilder
 
+from .reference import assert_float_close, assert_quant_close, need_models, run, run_litert
+from .reference import shared_delegate as delegate
 
 
 def run_gpu(content: bytes, inputs: list[np.ndarray], backend: str, fp16: bool = False):

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from reference import assert_float_close, litert_interpreter
 
 import gpu_delegate as gd
 from gpu_delegate.tflite import ModelBuilder
+
+from .reference import assert_float_close, litert_interpreter
 
 
 def _model() -> tuple[bytes, dict[str, int]]:

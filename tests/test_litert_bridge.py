@@ -12,12 +12,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from reference import assert_float_close, assert_matches, need_models, random_inputs, run
 
 import gpu_delegate as gd
 from gpu_delegate import litert as bridge
 from gpu_delegate.gpu import GpuKernel
 from gpu_delegate.tflite import ModelBuilder
+
+from .reference import assert_float_close, assert_matches, need_models, random_inputs, run
 
 litert = pytest.importorskip("ai_edge_litert.interpreter", reason="ai-edge-litert is not installed")
 

@@ -26,10 +26,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from reference import MODELS, assert_matches, assert_quant_close, need_models, random_inputs, run_litert
 
 import gpu_delegate as gd
 from gpu_delegate.ops import get_op
+
+from .reference import MODELS, assert_matches, assert_quant_close, need_models, random_inputs, run_litert
 
 FLOAT_REL = 1e-4
 HYBRID_NODE_REL = 0.03  # measured <= 1.0%

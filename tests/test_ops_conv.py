@@ -11,12 +11,13 @@ import struct
 
 import numpy as np
 import pytest
-from reference import assert_float_close, assert_quant_close, run_litert, run_ours
 
 import gpu_delegate as gd
 from gpu_delegate.cpu.conv import Requant, requantize
 from gpu_delegate.cpu.quant import quantize_multipliers
 from gpu_delegate.tflite.writer import ModelBuilder
+
+from .reference import assert_float_close, assert_quant_close, run_litert, run_ours
 
 ACTS = ["NONE", "RELU", "RELU_N1_TO_1", "RELU6", "TANH", "SIGN_BIT"]
 QACTS = ["NONE", "RELU", "RELU_N1_TO_1", "RELU6"]

@@ -10,10 +10,11 @@ from dataclasses import dataclass
 
 import numpy as np
 import pytest
-from reference import assert_matches, run_litert, run_ours
 
 import gpu_delegate as gd
 from gpu_delegate.tflite.writer import ModelBuilder
+
+from .reference import assert_matches, run_litert, run_ours
 
 
 @dataclass

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from reference import random_inputs, run_litert, run_ours
 
 import gpu_delegate as gd
 from gpu_delegate.cpu.quant import dequantize, quantize
 from gpu_delegate.tflite.writer import ModelBuilder
+
+from .reference import random_inputs, run_litert, run_ours
 
 
 class In:

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from reference import assert_float_close, litert_interpreter, run_litert, run_ours
 
 import gpu_delegate as gd
 from gpu_delegate.tflite.writer import ModelBuilder
+
+from .reference import assert_float_close, litert_interpreter, run_litert, run_ours
 
 
 def lstm_model(time=5, batch=3, n_input=7, n_cell=6, n_output=4, time_major=True, cifg=False, peephole=False,

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from reference import assert_float_close, assert_quant_close, run_litert, run_ours
 
 import gpu_delegate as gd
 from gpu_delegate.tflite.writer import ModelBuilder
+
+from .reference import assert_float_close, assert_quant_close, run_litert, run_ours
 
 
 def pool_model(op: str, shape: tuple, k: tuple, stride: tuple, padding: str, act: str, dtype=np.float32,

@@ -6,11 +6,12 @@ import itertools
 
 import numpy as np
 import pytest
-from reference import assert_matches, run_litert, run_ours
 
 import gpu_delegate as gd
 import gpu_delegate.cpu.quantize as cpu_quantize
 from gpu_delegate.tflite.writer import ModelBuilder
+
+from .reference import assert_matches, run_litert, run_ours
 
 
 def check(content: bytes, inputs: list[np.ndarray], reference_kernels: bool = False) -> list[np.ndarray]:

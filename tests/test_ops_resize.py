@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from reference import assert_float_close, assert_quant_close, run_litert, run_ours
 
 import gpu_delegate as gd
 from gpu_delegate.tflite.writer import ModelBuilder
+
+from .reference import assert_float_close, assert_quant_close, run_litert, run_ours
 
 # (input shape, output size): up- and downscaling, non-integer ratios, odd channel counts, batch > 1
 CASES = [((2, 5, 7, 3), (11, 13)), ((1, 9, 8, 5), (4, 3)), ((2, 4, 4, 7), (8, 8)), ((1, 6, 1, 13), (3, 5)),

@@ -6,11 +6,12 @@ partitioner alone; the reference is LiteRT on the same model.
 
 import numpy as np
 import pytest
-from reference import run, run_litert
 
 import gpu_delegate as gd
 from gpu_delegate.partition import group_supported
 from gpu_delegate.tflite import ModelBuilder, read_model
+
+from .reference import run, run_litert
 
 
 class NumpyKernel(gd.DelegateKernel):

@@ -9,10 +9,11 @@ import flatbuffers
 import numpy as np
 import pytest
 import tflite
-from reference import litert_interpreter, need_models
 
 import gpu_delegate as gd
 from gpu_delegate.tflite import ModelBuilder, read_model
+
+from .reference import litert_interpreter, need_models
 
 # Op counts from ../shared/models/README.md.
 V1 = {"CONV_2D": 15, "DEPTHWISE_CONV_2D": 13, "MEAN": 1, "RESHAPE": 1, "SOFTMAX": 1}

@@ -17,10 +17,10 @@ import threading
 import time
 import tracemalloc
 from pathlib import Path
+from types import ModuleType
 
 import numpy as np
 import pytest
-from reference import run_litert
 
 import gpu_delegate as gd
 from gpu_delegate import backends
@@ -28,8 +28,9 @@ from gpu_delegate.backends.base import live_backends, live_buffers
 from gpu_delegate.ops.base import get_op
 from gpu_delegate.tflite import ModelBuilder
 
+from .reference import run_litert
+
 BACKENDS = ("cl", "gl")
-BENCH = Path(__file__).resolve().parents[1] / "bench"
 A = np.linspace(-1.5, 1.5, 5).astype(np.float32)
 B = np.linspace(0.5, -0.5, 5).astype(np.float32)
 
@@ -107,12 +108,9 @@ def rss_kib() -> int:
 
 # -- hostile models through both GPU paths -----------------------------------------------------------------
 
-def bench_fuzz():
-    sys.path.insert(0, str(BENCH))
-    try:
-        import fuzz
-    finally:
-        sys.path.remove(str(BENCH))
+def bench_fuzz() -> ModuleType:
+    from bench import fuzz
+
     return fuzz
 
 

@@ -8,12 +8,13 @@ import math
 
 import numpy as np
 import pytest
-from reference import assert_float_close, run, run_litert
 
 import gpu_delegate as gd
 from gpu_delegate import runner as runner_mod
 from gpu_delegate.backends.base import choose_local_size, local_size_candidates
 from gpu_delegate.tflite import ModelBuilder
+
+from .reference import assert_float_close, run, run_litert
 
 
 def model() -> bytes:

@@ -15,12 +15,12 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from .. import phwc4
 from ..cpu.quant import dequantize
 from ..errors import DelegateError
+from ..phwc4 import from_rows, vec4_count
 from . import codegen
 from .codegen import Arg, KernelSpec
-from .. import phwc4
-from ..phwc4 import from_rows, vec4_count
 
 T = TypeVar("T")
 # from_device reorders outputs of at most this many vec4 on the host instead of in a conversion kernel

@@ -13,7 +13,6 @@ import numpy as np
 
 from ..phwc4 import BHWC, vec4_count
 
-
 OperandMode = Literal["tensor", "channel", "scalar"]
 
 

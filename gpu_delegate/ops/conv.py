@@ -17,12 +17,12 @@ import numpy as np
 
 from ..cpu import conv as K
 from ..cpu.quant import activation_range, dequantize, quantize_multipliers
-from ..lowering.context import LowerContext
 from ..errors import ModelError
 from ..graph import ACT_SIGN_BIT, ACT_TANH, Graph, Node, Tensor
+from ..lowering.context import LowerContext
 from ..phwc4 import slices, to_rows
-from .base import as_f32, Op, register, with_const
-from .checks import F32, I32, I8, input_count, need_rank, output_of, scalar_quant, tensor_of, U8
+from .base import Op, as_f32, register, with_const
+from .checks import F32, I8, I32, U8, input_count, need_rank, output_of, scalar_quant, tensor_of
 from .window import act_defines, activation, gpu_check, need_window, window_attrs
 
 FLOAT, HYBRID, QUANT = "float", "hybrid", "quant"

@@ -46,7 +46,7 @@ from ..errors import ModelError
 from ..graph import ACT_NONE, ACT_RELU6, Graph, Node, Tensor
 from ..lowering.context import LowerContext
 from ..phwc4 import slices
-from .base import broadcast_shape, lower_elementwise, Op, register
+from .base import Op, broadcast_shape, lower_elementwise, register
 from .checks import arity, check_type, is_quantized, per_tensor
 
 Shapes = list[tuple[int, ...] | None]

@@ -20,9 +20,9 @@ import numpy as np
 from ..cpu import layout as k
 from ..cpu.activation import apply_activation
 from ..cpu.quant import activation_range
-from ..lowering.context import LowerContext
 from ..errors import DelegateError, ModelError
 from ..graph import ACT_NONE, ACT_SIGN_BIT, Graph, Node
+from ..lowering.context import LowerContext
 from ..phwc4 import bhwc, same_layout, slices
 from .base import Op, register
 from .checks import input_count

@@ -7,11 +7,11 @@ import numpy as np
 from ..cpu import conv as K
 from ..cpu import pool as P
 from ..cpu.quant import activation_range
-from ..lowering.context import LowerContext
 from ..errors import ModelError
 from ..graph import Graph, Node
-from .base import as_f32, Op, register
-from .checks import F32, I8, input_count, need_rank, output_of, scalar_quant, U8
+from ..lowering.context import LowerContext
+from .base import Op, as_f32, register
+from .checks import F32, I8, U8, input_count, need_rank, output_of, scalar_quant
 from .window import act_defines, activation, gpu_check, need_window, window_attrs
 
 

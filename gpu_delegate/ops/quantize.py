@@ -19,7 +19,7 @@ from ..cpu.quantize import densified, dequantize_tensor, dequantized, requantize
 from ..dtypes import is_quantized_int
 from ..errors import ModelError
 from ..graph import Graph, Node
-from .base import lower_elementwise, Op, register
+from .base import Op, lower_elementwise, register
 from .checks import arity, is_quantized, per_tensor
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float16))

@@ -10,9 +10,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..cpu import resize as k
-from ..lowering.context import LowerContext
 from ..errors import ModelError
 from ..graph import Graph, Node
+from ..lowering.context import LowerContext
 from .base import Op, register
 from .checks import input_count
 

@@ -10,6 +10,7 @@ from ..errors import ModelError
 from ..graph import PADDING_SAME, PADDING_VALID, Graph, Node
 from .base import Op
 
+
 def activation(node: Node) -> int:
     code = int(node.attrs.get("fused_activation_function", 0))
     if not 0 <= code <= 5:
