@@ -22,7 +22,7 @@ from ..dtypes import NUMPY_TO_SCHEMA
 from .schema import BUILTIN_CODES, OPTIONS_CODES, options_fields, options_module, options_type_for_op
 
 _ENUMS = {"padding": tflite.Padding, "fused_activation_function": tflite.ActivationFunctionType,
-          "mode": tflite.MirrorPadMode, "combiner": tflite.CombinerType}
+          "mode": tflite.MirrorPadMode, "combiner": tflite.CombinerType, "kernel_type": tflite.LSTMKernelType}
 
 
 class ModelBuilder:
