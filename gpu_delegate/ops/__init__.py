@@ -4,7 +4,7 @@ import importlib
 
 from .base import REGISTRY, Op, get_op, register
 
-_FAMILIES = ["conv", "pool", "elementwise", "reduce", "layout", "resize", "quantize", "lstm", "rnn"]
+_FAMILIES = ["conv", "pool", "elementwise", "reduce", "layout", "resize", "quantize", "lstm", "rnn", "conv3d"]
 
 
 def _import_families() -> None:

@@ -25,7 +25,7 @@ _OPTIONS_OVERRIDES = {
     "REDUCE_ALL": "ReducerOptions", "LESS_EQUAL": "LessEqualOptions", "CONCATENATION": "ConcatenationOptions",
     "RESIZE_NEAREST_NEIGHBOR": "ResizeNearestNeighborOptions", "L2_NORMALIZATION": "L2NormOptions",
     "MAXIMUM": "MaximumMinimumOptions", "MINIMUM": "MaximumMinimumOptions",
-    "UNIDIRECTIONAL_SEQUENCE_RNN": "SequenceRNNOptions",
+    "UNIDIRECTIONAL_SEQUENCE_RNN": "SequenceRNNOptions", "CONV_3D_TRANSPOSE": "Conv3DOptions",
 }
 _OPTIONS_BY_KEY = {name.upper(): name for name in OPTIONS_CODES}
 
