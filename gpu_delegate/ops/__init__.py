@@ -4,7 +4,8 @@ import importlib
 
 from .base import REGISTRY, Op, get_op, register
 
-_FAMILIES = ["conv", "pool", "elementwise", "reduce", "layout", "resize", "quantize", "lstm", "rnn", "conv3d"]
+_FAMILIES = ["conv", "pool", "elementwise", "reduce", "layout", "resize", "quantize", "lstm", "rnn", "conv3d",
+             "segment", "unique", "detection"]
 
 
 def _import_families() -> None:

@@ -22,7 +22,8 @@ from ..dtypes import NUMPY_TO_SCHEMA
 from .schema import BUILTIN_CODES, OPTIONS_CODES, options_fields, options_module, options_type_for_op
 
 _ENUMS = {"padding": tflite.Padding, "fused_activation_function": tflite.ActivationFunctionType,
-          "mode": tflite.MirrorPadMode, "combiner": tflite.CombinerType, "kernel_type": tflite.LSTMKernelType}
+          "mode": tflite.MirrorPadMode, "combiner": tflite.CombinerType, "kernel_type": tflite.LSTMKernelType,
+          "idx_out_type": tflite.TensorType}
 
 
 class ModelBuilder:
