@@ -26,6 +26,7 @@ _OPTIONS_OVERRIDES = {
     "RESIZE_NEAREST_NEIGHBOR": "ResizeNearestNeighborOptions", "L2_NORMALIZATION": "L2NormOptions",
     "MAXIMUM": "MaximumMinimumOptions", "MINIMUM": "MaximumMinimumOptions",
     "UNIDIRECTIONAL_SEQUENCE_RNN": "SequenceRNNOptions", "CONV_3D_TRANSPOSE": "Conv3DOptions",
+    "RANDOM_UNIFORM": "RandomOptions", "RANDOM_STANDARD_NORMAL": "RandomOptions", "MULTINOMIAL": "RandomOptions",
 }
 _OPTIONS_BY_KEY = {name.upper(): name for name in OPTIONS_CODES}
 
