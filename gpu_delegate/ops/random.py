@@ -2,10 +2,10 @@
 [batch, classes] float32, num_samples int32 scalar; output int32 or int64 [batch, num_samples]).
 
 With a seed or seed2 in the options the numbers are LiteRT's own: Philox seeded with (seed, seed2) — their low
-32 bits, sign-extended, as LiteRT reads them — drawn as TFLite's random_ops.cc draws them (cpu/random.py). Both seeds 0 means non-deterministic in TFLite; here the
-seeds then come from the operating system. The generator lives on the graph, one per node: it carries on
-from invoke to invoke and restarts when allocation sees the node's input shapes change (TFLite restarts it in
-Prepare, which LiteRT runs again after any resize).
+32 bits, sign-extended, as LiteRT reads them — drawn as TFLite's random_ops.cc draws them (cpu/random.py).
+Both seeds 0 means non-deterministic in TFLite; here the seeds then come from the operating system. The
+generator lives on the graph, one per node: it carries on from invoke to invoke and restarts when allocation
+sees the node's input shapes change (TFLite restarts it in Prepare, which LiteRT runs again after any resize).
 """
 
 from __future__ import annotations
