@@ -5,7 +5,7 @@ import importlib
 from .base import REGISTRY, Op, get_op, register
 
 _FAMILIES = ["conv", "pool", "elementwise", "reduce", "layout", "resize", "quantize", "lstm", "rnn", "conv3d",
-             "segment", "unique", "detection", "random", "svdf"]
+             "segment", "unique", "detection", "random", "svdf", "embedding_sparse"]
 
 
 def _import_families() -> None:
