@@ -5,7 +5,8 @@ import importlib
 from .base import REGISTRY, Op, get_op, register
 
 _FAMILIES = ["conv", "pool", "elementwise", "reduce", "layout", "resize", "quantize", "lstm", "rnn", "conv3d",
-             "segment", "unique", "detection", "random", "svdf", "embedding_sparse", "reduce_window"]
+             "segment", "unique", "detection", "random", "svdf", "embedding_sparse", "reduce_window",
+             "stablehlo"]
 
 
 def _import_families() -> None:

@@ -85,5 +85,5 @@ def vector_prepend(type_name: str, getter: str) -> str:
     """The flatbuffers Builder method that writes one element of a vector field (read off the generated
     accessor, which names the element type)."""
     source = inspect.getsource(getattr(getattr(options_module(type_name), type_name), f"{getter}AsNumpy"))
-    flags = re.search(r"number_types\.(\w+Flags)", source)
+    flags = re.search(r"GetVectorAsNumpy\(flatbuffers\.number_types\.(\w+Flags)", source)
     return _VECTOR_PREPEND.get(flags.group(1), "PrependInt32") if flags else "PrependInt32"
