@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from reference import litert_interpreter
+from reference import litert_interpreter, run_litert, run_ours
 
 import gpu_delegate as gd
 from gpu_delegate.tflite.writer import ModelBuilder
@@ -96,3 +96,22 @@ def test_unseeded_random_differs_between_interpreters():
 def test_random_rejects_newer_version():
     with pytest.raises(gd.ModelError, match=r"RANDOM_UNIFORM.*version 2"):
         gd.Interpreter(model_content=random_model("RANDOM_UNIFORM", (3,), 1, 2, version=2))
+
+
+@pytest.mark.parametrize("algorithm,state", [("PHILOX", [12345, 678]), ("DEFAULT", [1, 2, 3]),
+                                             ("THREEFRY", [0xFFFFFFFFFFFF, 0xFFFFFFFF])])
+@pytest.mark.parametrize("dtype,shape", [(np.uint32, (3, 5)), (np.int64, (7,)), (np.int32, (2, 3, 3)),
+                                         (np.uint64, (5,))])
+def test_stablehlo_rng_bit_generator(algorithm, state, dtype, shape):
+    mb = ModelBuilder()
+    s = mb.input("state", [len(state)], np.uint64)
+    new_state = mb.tensor("new_state", [len(state)], np.uint64)
+    bits = mb.tensor("bits", shape, dtype)
+    mb.op("STABLEHLO_RNG_BIT_GENERATOR", [s], [new_state, bits], algorithm=algorithm)
+    mb.output(new_state, bits)
+    content = mb.build()
+    x = np.array(state, np.uint64)
+    ref, ours = run_litert(content, [x]), run_ours(content, [x])
+    for o, r in zip(ours, ref):
+        assert o.dtype == r.dtype and o.shape == r.shape
+        np.testing.assert_array_equal(o, r)

@@ -102,3 +102,66 @@ def multinomial(rng: Philox, logits: np.ndarray, num_samples: int) -> np.ndarray
         targets = uint64_to_double(pairs[b, :, 0], pairs[b, :, 1]) * cdf[-1]
         out[b] = np.searchsorted(cdf, targets, side="right")
     return out
+
+
+# -- STABLEHLO_RNG_BIT_GENERATOR (TFLite's rng_util: a 64-bit counter in the first two counter words) ----------
+
+@numba.njit(cache=True)
+def _rotl(v, r):
+    return ((v << np.uint64(r)) | (v >> np.uint64(32 - r))) & np.uint64(_MASK)
+
+
+@numba.njit(cache=True)
+def _bit_stream(algorithm, key0, key1, ctr, n_words, out):
+    """n_words uint32 into out; ctr (uint64 holding uint32 words) steps in place. algorithm 2: Threefry2x32 (20
+    rounds), else Philox4x32-10."""
+    mask = np.uint64(_MASK)
+    rotations = ((13, 15, 26, 6), (17, 29, 16, 24))
+    i = 0
+    while i < n_words:
+        if algorithm == 2:
+            key2 = key0 ^ key1 ^ np.uint64(0x1BD11BDA)
+            keys = (key0, key1, key2)
+            c0, c1 = (ctr[0] + key0) & mask, (ctr[1] + key1) & mask
+            for step in range(5):
+                for rot in rotations[step % 2]:
+                    c0 = (c0 + c1) & mask
+                    c1 = _rotl(c1, rot) ^ c0
+                c0 = (c0 + keys[(step + 1) % 3]) & mask
+                c1 = (c1 + keys[(step + 2) % 3] + np.uint64(step + 1)) & mask
+            block = (c0, c1, c0, c1)
+            size = 2
+        else:
+            c0, c1, c2, c3 = ctr[0], ctr[1], ctr[2], ctr[3]
+            k0, k1 = key0, key1
+            for _ in range(10):
+                p0 = np.uint64(0xD2511F53) * c0
+                p1 = np.uint64(0xCD9E8D57) * c2
+                c0, c1, c2, c3 = ((p1 >> np.uint64(32)) ^ c1 ^ k0, p1 & mask, (p0 >> np.uint64(32)) ^ c3 ^ k1,
+                                  p0 & mask)
+                k0 = (k0 + np.uint64(0x9E3779B9)) & mask
+                k1 = (k1 + np.uint64(0xBB67AE85)) & mask
+            block = (c0, c1, c2, c3)
+            size = 4
+        for j in range(min(size, n_words - i)):
+            out[i + j] = block[j]
+        i += size
+        ctr[0] = (ctr[0] + np.uint64(1)) & mask
+        if ctr[0] == 0:
+            ctr[1] = (ctr[1] + np.uint64(1)) & mask
+
+
+def rng_bit_generator(state: np.ndarray, algorithm: int, n_words: int) -> tuple[np.ndarray, np.ndarray]:
+    """(new state, n_words uint32) from a uint64 state: [key, counter] for Threefry, [key, counter(, more
+    counter)] for Philox, as TFLite lays them out."""
+    words = state.astype(np.uint64).view(np.uint32).astype(np.uint64)
+    if algorithm == 2:
+        ctr = words[2:4].copy()
+    else:
+        extra = (4, 5) if state.size == 3 else (0, 1)
+        ctr = np.array([words[2], words[3], words[extra[0]], words[extra[1]]], np.uint64)
+    out = np.empty(n_words, np.uint64)
+    _bit_stream(algorithm, words[0], words[1], ctr, n_words, out)
+    new_words = words.copy()
+    new_words[2], new_words[3] = ctr[0], ctr[1]
+    return new_words.astype(np.uint32).view(np.uint64), out.astype(np.uint32)

@@ -137,3 +137,40 @@ class Multinomial(Op):
         rng = _generator(node, graph, [logits.shape, count.shape], restart=False)
         out = r.multinomial(rng, np.asarray(logits, np.float32), Multinomial._samples(node, count))
         return [out.astype(graph.tensors[node.outputs[0]].dtype)]
+
+
+@register
+class StablehloRngBitGenerator(Op):
+    """Input: the generator state (uint64 [2], or [3] for Philox); outputs: the new state and random bits
+    (int32, int64, uint32 or uint64, the shape the model declares). algorithm: DEFAULT and PHILOX use
+    Philox4x32-10, THREEFRY Threefry2x32."""
+
+    name = "STABLEHLO_RNG_BIT_GENERATOR"
+    max_version = 1
+
+    @staticmethod
+    def check(node: Node, graph: Graph) -> None:
+        if len(node.inputs) != 1 or node.inputs[0] < 0 or len(node.outputs) != 2:
+            raise ModelError(f"{node}: expects 1 input (the state) and 2 outputs (new state, bits)")
+        state, new_state, bits = graph.tensors[node.inputs[0]], *(graph.tensors[t] for t in node.outputs)
+        algorithm = int(node.attrs.get("algorithm", 0))
+        sizes = (2,) if algorithm == 2 else (2, 3)
+        if state.dtype != np.uint64 or new_state.dtype != np.uint64 or len(state.shape) != 1 \
+                or state.shape[0] not in sizes:
+            raise ModelError(f"{node}: the state must be uint64 of {' or '.join(map(str, sizes))} values, is "
+                             f"{state.type_name or state.dtype} {list(state.shape)}")
+        if bits.dtype not in (np.int32, np.int64, np.uint32, np.uint64):
+            raise ModelError(f"{node}: the bits output must be int32, int64, uint32 or uint64, is {bits.dtype}")
+        if algorithm not in (0, 1, 2):
+            raise ModelError(f"{node}: unknown algorithm {algorithm}")
+
+    @staticmethod
+    def infer(node, graph, shapes):
+        return [tuple(shapes[0]), graph.tensors[node.outputs[1]].shape]
+
+    @staticmethod
+    def run_cpu(node, graph, inputs):
+        bits = graph.tensors[node.outputs[1]]
+        n_words = bits.size * bits.dtype.itemsize // 4
+        state, words = r.rng_bit_generator(inputs[0], int(node.attrs.get("algorithm", 0)), n_words)
+        return [state, words.view(bits.dtype).reshape(bits.shape)]
