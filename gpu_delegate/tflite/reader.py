@@ -42,7 +42,7 @@ def read_model(content: bytes | bytearray | memoryview, source: str = "model") -
 
 
 class _Reader:
-    def __init__(self, buf: bytes, source: str):
+    def __init__(self, buf: bytes | bytearray, source: str):
         self.buf = buf
         self.source = source
 
@@ -145,7 +145,7 @@ class _Reader:
             return {}
         obj = getattr(options_module(type_name), type_name)()
         obj.Init(table.Bytes, table.Pos)
-        attrs = {}
+        attrs: dict[str, object] = {}
         for snake, getter, is_vector in options_fields(type_name):
             if is_vector:
                 self.count(obj, getter)
