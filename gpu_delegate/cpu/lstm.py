@@ -1,4 +1,5 @@
-"""Float LSTM over a sequence, step by step as TFLite's lstm_eval.cc does it (LstmStepFloat).
+"""Float LSTM over a sequence, step by step as TFLite's lstm_eval.cc does it (LstmStepFloat), and the basic
+LSTM cell (TFLite's LstmCell, the LSTM op's 5-input kernel).
 
 Gate order everywhere is input, forget, cell, output. The input contributions of all time steps are one
 matrix product up front; only the recurrent part, one matmul for all gates side by side, has to wait for
@@ -24,6 +25,7 @@ class LstmWeights:
     projection_w: np.ndarray | None  # [n_output, n_cell]
     projection_b: np.ndarray | None
     diagonal_recurrent: bool = False
+    aux_input_w: list[np.ndarray | None] | None = None  # per gate [n_cell, n_aux]: an aux input's weights
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:
@@ -49,9 +51,10 @@ def _gate(pre: dict, g: int, cell: np.ndarray, peephole: dict, norm: dict) -> np
 
 
 def lstm_sequence(x: np.ndarray, w: LstmWeights, h: np.ndarray, c: np.ndarray, activation: int,
-                  cell_clip: float, proj_clip: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """x: [time, batch, n_input]; h: [batch, n_output]; c: [batch, n_cell].
-    Returns (outputs [time, batch, n_output], final h, final c)."""
+                  cell_clip: float, proj_clip: float,
+                  aux: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """x: [time, batch, n_input]; h: [batch, n_output]; c: [batch, n_cell]; aux: [time, batch, n_aux] with
+    w.aux_input_w, or None. Returns (outputs [time, batch, n_output], final h, final c)."""
     f32 = np.float32
     x = np.asarray(x, f32)
     h = np.array(h, f32)
@@ -62,13 +65,15 @@ def lstm_sequence(x: np.ndarray, w: LstmWeights, h: np.ndarray, c: np.ndarray, a
     # The gates side by side, so each step is one recurrent matmul. The input part of every step is computed
     # up front, with the bias unless layer norm adds it after normalizing.
     xw = x @ np.concatenate([w.input_w[g] for g in gates]).astype(f32).T  # [time, batch, gates * n_cell]
+    if aux is not None and w.aux_input_w is not None:
+        xw += np.asarray(aux, f32) @ np.concatenate([w.aux_input_w[g] for g in gates]).astype(f32).T
     if not layer_norm:
         xw += np.concatenate([w.bias[g] for g in gates]).astype(f32)
     rec = np.concatenate([w.recurrent_w[g] for g in gates]).astype(f32)
     if not w.diagonal_recurrent:
         rec = np.ascontiguousarray(rec.T)  # [n_output, gates * n_cell]
-    peephole = {g: w.peephole[g].astype(f32) for g in gates if w.peephole[g] is not None}
-    norm = {g: (w.layer_norm[g].astype(f32), w.bias[g].astype(f32)) for g in gates} if layer_norm else {}
+    peephole = {g: np.asarray(w.peephole[g], f32) for g in gates if w.peephole[g] is not None}
+    norm = {g: (np.asarray(w.layer_norm[g], f32), np.asarray(w.bias[g], f32)) for g in gates} if layer_norm else {}
     proj_w = None if w.projection_w is None else np.ascontiguousarray(w.projection_w.astype(f32).T)
     proj_b = None if w.projection_b is None else w.projection_b.astype(f32)
     outputs = np.empty((x.shape[0], x.shape[1], h.shape[1]), f32)
@@ -93,3 +98,17 @@ def lstm_sequence(x: np.ndarray, w: LstmWeights, h: np.ndarray, c: np.ndarray, a
         h = m.astype(f32, copy=False)
         outputs[t] = h
     return outputs, h, c
+
+
+def basic_lstm_cell(x: np.ndarray, prev_activation: np.ndarray, weights: np.ndarray, bias: np.ndarray,
+                    prev_state: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """TFLite's float LstmCell: one fully connected layer over [x, prev_activation] gives the input gate, the
+    new input, the forget gate and the output gate, in that order. Returns (activation, state, the
+    concatenated input, the pre-activations)."""
+    f32 = np.float32
+    concat = np.concatenate([np.asarray(x, f32), np.asarray(prev_activation, f32)], axis=1)
+    pre = concat @ np.asarray(weights, f32).T + np.asarray(bias, f32)
+    input_gate, new_input, forget_gate, output_gate = np.split(pre, 4, axis=1)
+    state = _sigmoid(input_gate) * np.tanh(new_input) + _sigmoid(forget_gate) * np.asarray(prev_state, f32)
+    activation = _sigmoid(output_gate) * np.tanh(state)
+    return activation, state, concat, pre

@@ -4,7 +4,9 @@ import importlib
 
 from .base import REGISTRY, Op, get_op, register
 
-_FAMILIES = ["conv", "pool", "elementwise", "reduce", "layout", "resize", "quantize", "lstm"]
+_FAMILIES = ["conv", "pool", "elementwise", "reduce", "layout", "resize", "quantize", "lstm", "rnn", "conv3d",
+             "segment", "unique", "detection", "random", "svdf", "embedding_sparse", "reduce_window",
+             "stablehlo"]
 
 
 def _import_families() -> None:

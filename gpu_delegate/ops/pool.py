@@ -1,4 +1,5 @@
-"""AVERAGE_POOL_2D and MAX_POOL_2D: float32, int8 and uint8 (input and output on one quantization grid)."""
+"""AVERAGE_POOL_2D and MAX_POOL_2D: float32, int8 and uint8 (input and output on one quantization grid);
+L2_POOL_2D: float32 only, as in TFLite."""
 
 from __future__ import annotations
 
@@ -84,6 +85,37 @@ class AveragePool2D(_Pool2D):
 class MaxPool2D(_Pool2D):
     name = "MAX_POOL_2D"
     is_max = True
+
+
+@register
+class L2Pool2D(Op):
+    """sqrt(mean of the squares of the window's pixels inside the input), then the fused clamp."""
+
+    name = "L2_POOL_2D"
+    max_version = 1
+
+    @staticmethod
+    def check(node: Node, graph: Graph) -> None:
+        input_count(node, 1)
+        x, y = graph.tensors[node.inputs[0]] if node.inputs[0] >= 0 else None, output_of(node, graph)
+        if x is None:
+            raise ModelError(f"{node}: the input is required")
+        need_rank(node, x, 4, "input")
+        activation(node)
+        _window(node, x.shape)
+        if x.dtype != F32 or y.dtype != F32:
+            raise ModelError(f"{node}: input {x.type_name or x.dtype} / output {y.type_name or y.dtype}: TFLite's "
+                             "L2 pool takes float32 only")
+
+    infer = staticmethod(_Pool2D.infer)
+    macs = staticmethod(_Pool2D.macs)
+
+    @staticmethod
+    def run_cpu(node: Node, graph: Graph, inputs: list) -> list[np.ndarray]:
+        x = as_f32(inputs[0])
+        win = _window(node, x.shape)
+        mean_square = P.pool_float(np.square(x), win, P.AVERAGE, np.float32(-np.inf), np.float32(np.inf))
+        return [np.clip(np.sqrt(mean_square), *K.float_range(activation(node)))]
 
 
 def lower_pool(node: Node, ctx: LowerContext) -> None:

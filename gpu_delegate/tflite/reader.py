@@ -16,7 +16,7 @@ import tflite
 from ..dtypes import SCHEMA_NAMES, SCHEMA_TO_NUMPY
 from ..errors import ModelError
 from ..graph import Graph, Model, Node, Quantization, Signature, Tensor
-from .schema import BUILTIN_OPS, OPTIONS_TYPES, options_fields, options_module
+from .schema import BUILTIN_OPS, OPTIONS2_TYPES, OPTIONS_TYPES, options_fields, options_module
 
 MAX_RANK = 16
 
@@ -42,7 +42,7 @@ def read_model(content: bytes | bytearray | memoryview, source: str = "model") -
 
 
 class _Reader:
-    def __init__(self, buf: bytes, source: str):
+    def __init__(self, buf: bytes | bytearray, source: str):
         self.buf = buf
         self.source = source
 
@@ -130,18 +130,22 @@ class _Reader:
         return Graph(tensors, nodes, inputs, outputs, name=(sg.Name() or b"").decode(errors="replace"))
 
     def options(self, op, op_name: str, i: int) -> dict:
-        type_code = op.BuiltinOptionsType()
+        """The op's options from either union (builtin_options, or builtin_options_2 for StableHLO ops)."""
+        return {**self.options_table(op.BuiltinOptionsType(), op.BuiltinOptions, OPTIONS_TYPES, op_name, i),
+                **self.options_table(op.BuiltinOptions2Type(), op.BuiltinOptions2, OPTIONS2_TYPES, op_name, i)}
+
+    def options_table(self, type_code: int, get_table, types: dict[int, str], op_name: str, i: int) -> dict:
         if type_code == 0:
             return {}
-        type_name = OPTIONS_TYPES.get(type_code)
+        type_name = types.get(type_code)
         if type_name is None:
             raise self.fail(f"node {i} ({op_name}) has unknown builtin options type {type_code}")
-        table = op.BuiltinOptions()
+        table = get_table()
         if table is None:
             return {}
         obj = getattr(options_module(type_name), type_name)()
         obj.Init(table.Bytes, table.Pos)
-        attrs = {}
+        attrs: dict[str, object] = {}
         for snake, getter, is_vector in options_fields(type_name):
             if is_vector:
                 self.count(obj, getter)

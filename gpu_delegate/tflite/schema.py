@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import inspect
 import re
 
 import tflite
@@ -16,6 +17,11 @@ OPTIONS_TYPES: dict[int, str] = {
     v: k for k, v in vars(tflite.BuiltinOptions).items() if not k.startswith("_") and isinstance(v, int)
 }
 OPTIONS_CODES: dict[str, int] = {v: k for k, v in OPTIONS_TYPES.items()}
+# The second union (Operator.builtin_options_2): StableHLO ops, REDUCE_WINDOW, DILATE.
+OPTIONS2_TYPES: dict[int, str] = {
+    v: k for k, v in vars(tflite.BuiltinOptions2).items() if not k.startswith("_") and isinstance(v, int)
+}
+OPTIONS2_CODES: dict[str, int] = {v: k for k, v in OPTIONS2_TYPES.items()}
 
 # Ops whose options table is not named after the op.
 _OPTIONS_OVERRIDES = {
@@ -25,9 +31,11 @@ _OPTIONS_OVERRIDES = {
     "REDUCE_ALL": "ReducerOptions", "LESS_EQUAL": "LessEqualOptions", "CONCATENATION": "ConcatenationOptions",
     "RESIZE_NEAREST_NEIGHBOR": "ResizeNearestNeighborOptions", "L2_NORMALIZATION": "L2NormOptions",
     "MAXIMUM": "MaximumMinimumOptions", "MINIMUM": "MaximumMinimumOptions",
-    "UNIDIRECTIONAL_SEQUENCE_RNN": "SequenceRNNOptions",
+    "UNIDIRECTIONAL_SEQUENCE_RNN": "SequenceRNNOptions", "CONV_3D_TRANSPOSE": "Conv3DOptions",
+    "RANDOM_UNIFORM": "RandomOptions", "RANDOM_STANDARD_NORMAL": "RandomOptions", "MULTINOMIAL": "RandomOptions",
 }
 _OPTIONS_BY_KEY = {name.upper(): name for name in OPTIONS_CODES}
+_OPTIONS2_BY_KEY = {name.upper(): name for name in OPTIONS2_CODES if name != "NONE"}
 
 
 def options_type_for_op(op_name: str) -> str | None:
@@ -35,6 +43,11 @@ def options_type_for_op(op_name: str) -> str | None:
     if op_name in _OPTIONS_OVERRIDES:
         return _OPTIONS_OVERRIDES[op_name]
     return _OPTIONS_BY_KEY.get(op_name.replace("_", "") + "OPTIONS")
+
+
+def options2_type_for_op(op_name: str) -> str | None:
+    """The BuiltinOptions2 table name an op carries (``STABLEHLO_PAD`` -> ``StablehloPadOptions``), or None."""
+    return _OPTIONS2_BY_KEY.get(op_name.replace("_", "") + "OPTIONS")
 
 
 def snake_case(camel: str) -> str:
@@ -61,3 +74,16 @@ def options_fields(type_name: str) -> tuple[tuple[str, str, bool], ...]:
             continue  # vectors of tables: no op we run uses them
         fields.append((snake_case(n), n, is_vector))
     return tuple(fields)
+
+
+_VECTOR_PREPEND = {"Int64Flags": "PrependInt64", "Int32Flags": "PrependInt32", "Uint32Flags": "PrependUint32",
+                   "Uint8Flags": "PrependUint8", "BoolFlags": "PrependBool", "Float32Flags": "PrependFloat32"}
+
+
+@functools.cache
+def vector_prepend(type_name: str, getter: str) -> str:
+    """The flatbuffers Builder method that writes one element of a vector field (read off the generated
+    accessor, which names the element type)."""
+    source = inspect.getsource(getattr(getattr(options_module(type_name), type_name), f"{getter}AsNumpy"))
+    flags = re.search(r"GetVectorAsNumpy\(flatbuffers\.number_types\.(\w+Flags)", source)
+    return _VECTOR_PREPEND.get(flags.group(1), "PrependInt32") if flags else "PrependInt32"

@@ -19,10 +19,21 @@ import numpy as np
 import tflite
 
 from ..dtypes import NUMPY_TO_SCHEMA
-from .schema import BUILTIN_CODES, OPTIONS_CODES, options_fields, options_module, options_type_for_op
+from .schema import (
+    BUILTIN_CODES,
+    OPTIONS2_CODES,
+    OPTIONS_CODES,
+    options2_type_for_op,
+    options_fields,
+    options_module,
+    options_type_for_op,
+    vector_prepend,
+)
 
 _ENUMS = {"padding": tflite.Padding, "fused_activation_function": tflite.ActivationFunctionType,
-          "mode": tflite.MirrorPadMode, "combiner": tflite.CombinerType}
+          "mode": tflite.MirrorPadMode, "combiner": tflite.CombinerType, "kernel_type": tflite.LSTMKernelType,
+          "idx_out_type": tflite.TensorType, "reduce_function": tflite.ReduceWindowFunction,
+          "algorithm": tflite.RngAlgorithm}
 
 
 class ModelBuilder:
@@ -131,7 +142,8 @@ class ModelBuilder:
         ops = []
         for opcode_index, inputs, outputs, options, custom_options, custom in self.ops:
             op_name = self.opcodes[opcode_index][0]
-            opts_type, opts = (0, None) if custom else self._options(b, op_name, options)
+            second = not custom and options_type_for_op(op_name) is None and options2_type_for_op(op_name) is not None
+            opts_type, opts = (0, None) if custom else self._options(b, op_name, options, second)
             iv = ivec(tflite.OperatorStartInputsVector, inputs)
             ov = ivec(tflite.OperatorStartOutputsVector, outputs)
             cv = ivec(tflite.OperatorStartCustomOptionsVector, list(custom_options), "uint8") \
@@ -140,7 +152,10 @@ class ModelBuilder:
             tflite.OperatorAddOpcodeIndex(b, opcode_index)
             tflite.OperatorAddInputs(b, iv)
             tflite.OperatorAddOutputs(b, ov)
-            if opts is not None:
+            if opts is not None and second:
+                tflite.OperatorAddBuiltinOptions2Type(b, opts_type)
+                tflite.OperatorAddBuiltinOptions2(b, opts)
+            elif opts is not None:
                 tflite.OperatorAddBuiltinOptionsType(b, opts_type)
                 tflite.OperatorAddBuiltinOptions(b, opts)
             if cv is not None:
@@ -221,8 +236,8 @@ class ModelBuilder:
         self.signature = (key, inputs, outputs)
 
     @staticmethod
-    def _options(b, op_name: str, options: dict):
-        type_name = options_type_for_op(op_name)
+    def _options(b, op_name: str, options: dict, second: bool = False):
+        type_name = options2_type_for_op(op_name) if second else options_type_for_op(op_name)
         if type_name is None:
             if options:
                 raise ValueError(f"{op_name} takes no options, got {sorted(options)}")
@@ -237,8 +252,9 @@ class ModelBuilder:
             if is_vector:
                 start = getattr(module, f"{type_name}Start{getter}Vector")
                 start(b, len(value))
+                prepend = getattr(b, vector_prepend(type_name, getter))
                 for v in reversed(list(value)):
-                    b.PrependInt32(int(v))
+                    prepend(v.item() if isinstance(v, np.generic) else v)
                 vectors[key] = b.EndVector()
         getattr(module, f"{type_name}Start")(b)
         for key, value in options.items():
@@ -248,7 +264,8 @@ class ModelBuilder:
             elif isinstance(value, str):
                 value = getattr(_ENUMS[key], value)
             getattr(module, f"{type_name}Add{getter}")(b, value)
-        return OPTIONS_CODES[type_name], getattr(module, f"{type_name}End")(b)
+        codes = OPTIONS2_CODES if second else OPTIONS_CODES
+        return codes[type_name], getattr(module, f"{type_name}End")(b)
 
     @staticmethod
     def _sparsity(b, sp: dict, ivec):
