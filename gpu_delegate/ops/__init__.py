@@ -4,7 +4,8 @@ import importlib
 
 from .base import REGISTRY, Op, get_op, register
 
-_FAMILIES = ["conv", "pool", "elementwise", "reduce", "layout", "resize", "quantize", "lstm"]
+_FAMILIES = ["conv", "pool", "elementwise", "reduce", "layout", "resize", "quantize", "lstm", "math", "shape", "index",
+             "space", "normalization", "signal"]
 
 
 def _import_families() -> None:

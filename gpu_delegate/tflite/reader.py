@@ -16,7 +16,7 @@ import tflite
 from ..dtypes import SCHEMA_NAMES, SCHEMA_TO_NUMPY
 from ..errors import ModelError
 from ..graph import Graph, Model, Node, Quantization, Signature, Tensor
-from .schema import BUILTIN_OPS, OPTIONS_TYPES, options_fields, options_module
+from .schema import BUILTIN_OPS, FLOAT_VECTORS, OPTIONS_TYPES, options_fields, options_module
 
 MAX_RANK = 16
 
@@ -145,7 +145,8 @@ class _Reader:
         for snake, getter, is_vector in options_fields(type_name):
             if is_vector:
                 self.count(obj, getter)
-                attrs[snake] = [int(v) for v in getattr(obj, f"{getter}AsNumpy")()] \
+                convert = float if (type_name, getter) in FLOAT_VECTORS else int
+                attrs[snake] = [convert(v) for v in getattr(obj, f"{getter}AsNumpy")()] \
                     if getattr(obj, f"{getter}Length")() else []
             else:
                 value = getattr(obj, getter)()

@@ -29,6 +29,9 @@ _OPTIONS_OVERRIDES = {
 }
 _OPTIONS_BY_KEY = {name.upper(): name for name in OPTIONS_CODES}
 
+# Options vectors whose elements are float32 (every other options vector holds int32).
+FLOAT_VECTORS = {("BucketizeOptions", "Boundaries")}
+
 
 def options_type_for_op(op_name: str) -> str | None:
     """The BuiltinOptions table name an op carries (``CONV_2D`` -> ``Conv2DOptions``), or None."""

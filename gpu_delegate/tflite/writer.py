@@ -19,7 +19,7 @@ import numpy as np
 import tflite
 
 from ..dtypes import NUMPY_TO_SCHEMA
-from .schema import BUILTIN_CODES, OPTIONS_CODES, options_fields, options_module, options_type_for_op
+from .schema import BUILTIN_CODES, FLOAT_VECTORS, OPTIONS_CODES, options_fields, options_module, options_type_for_op
 
 _ENUMS = {"padding": tflite.Padding, "fused_activation_function": tflite.ActivationFunctionType,
           "mode": tflite.MirrorPadMode, "combiner": tflite.CombinerType}
@@ -237,8 +237,12 @@ class ModelBuilder:
             if is_vector:
                 start = getattr(module, f"{type_name}Start{getter}Vector")
                 start(b, len(value))
-                for v in reversed(list(value)):
-                    b.PrependInt32(int(v))
+                if (type_name, getter) in FLOAT_VECTORS:
+                    for v in reversed(list(value)):
+                        b.PrependFloat32(float(v))
+                else:
+                    for v in reversed(list(value)):
+                        b.PrependInt32(int(v))
                 vectors[key] = b.EndVector()
         getattr(module, f"{type_name}Start")(b)
         for key, value in options.items():
