@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from reference import shared_delegate
-from single_op import Const, In, Out, expect_same, refused_version, run_ours, sample, single_op
+from reference import run_ours, shared_delegate
+from single_op import In, Out, expect_same, refused_version, sample, single_op
 
 import gpu_delegate as gd
 

@@ -19,7 +19,7 @@ from ..graph import Graph, Node
 from ..cpu.elementwise import round_half_away
 from .base import Op, broadcast_shape, register
 from .elementwise import _ReluX, _Unary
-from .operands import Inputs, Shape, require_type, same_type, tensor_in, tensor_out
+from .operands import Inputs, Shape, arrays, known, require_type, same_type, tensor_in, tensor_out
 from .quantize import arity
 
 _FLOATS = (np.float32, np.float64, np.float16)
@@ -77,15 +77,14 @@ class Atan2(Op):
 
     @staticmethod
     def infer(node: Node, graph: Graph, shapes: list[Shape | None]) -> list[Shape]:
-        y, x = shapes
+        y, x = known(node, shapes)
         if y != x:
-            raise ModelError(f"{node}: y of shape {list(y or ())} and x of shape {list(x or ())} must have the "
-                             "same shape")
+            raise ModelError(f"{node}: y of shape {list(y)} and x of shape {list(x)} must have the same shape")
         return [y]
 
     @staticmethod
     def run_cpu(node: Node, graph: Graph, inputs: Inputs) -> list[np.ndarray]:
-        y, x = inputs
+        y, x = arrays(node, inputs)
         Atan2.infer(node, graph, [y.shape, x.shape])
         return [np.arctan2(y, x).astype(y.dtype, copy=False)]
 
@@ -109,11 +108,12 @@ class _Bitwise(Op):
 
     @staticmethod
     def infer(node: Node, graph: Graph, shapes: list[Shape | None]) -> list[Shape]:
-        return [broadcast_shape(shapes[0] or (), shapes[1] or (), node)]
+        a, b = known(node, shapes)
+        return [broadcast_shape(a, b, node)]
 
     @classmethod
     def run_cpu(cls, node: Node, graph: Graph, inputs: Inputs) -> list[np.ndarray]:
-        a, b = inputs
+        a, b = arrays(node, inputs)
         broadcast_shape(a.shape, b.shape, node)
         return [cls.compute(a, b).astype(a.dtype, copy=False)]
 
@@ -162,7 +162,7 @@ class Bitcast(Op):
 
     @staticmethod
     def infer(node: Node, graph: Graph, shapes: list[Shape | None]) -> list[Shape]:
-        shape = shapes[0] or ()
+        shape, = known(node, shapes)
         size_in = _element_size(node, graph, node.inputs[0], "the input")
         size_out = _element_size(node, graph, node.outputs[0], "the output")
         if size_in > size_out:
@@ -176,7 +176,7 @@ class Bitcast(Op):
 
     @staticmethod
     def run_cpu(node: Node, graph: Graph, inputs: Inputs) -> list[np.ndarray]:
-        x = inputs[0]
+        x, = arrays(node, inputs)
         shape = Bitcast.infer(node, graph, [x.shape])[0]
         flat = np.array(x, copy=True, order="C").reshape(-1)
         return [flat.view(tensor_out(node, graph).dtype).reshape(shape)]
@@ -200,18 +200,15 @@ class Bucketize(Op):
 
     @staticmethod
     def infer(node: Node, graph: Graph, shapes: list[Shape | None]) -> list[Shape]:
-        return [shapes[0] or ()]
+        return known(node, shapes)
 
     @staticmethod
     def run_cpu(node: Node, graph: Graph, inputs: Inputs) -> list[np.ndarray]:
-        x = inputs[0]
+        x, = arrays(node, inputs)
         bounds = np.asarray(node.attrs.get("boundaries", []), np.float32)
         if x.dtype == np.float64:
-            keys: np.ndarray = x
-            bounds64 = bounds.astype(np.float64)
-            return [np.searchsorted(bounds64, keys, side="right").astype(np.int32)]
-        keys = x.astype(np.float32)
-        return [np.searchsorted(bounds, keys, side="right").astype(np.int32)]
+            return [np.searchsorted(bounds.astype(np.float64), x, side="right").astype(np.int32)]
+        return [np.searchsorted(bounds, x.astype(np.float32), side="right").astype(np.int32)]
 
 
 def fake_quant_grid(lo: float, hi: float, num_bits: int) -> tuple[np.float32, np.float32, np.float32]:
@@ -248,11 +245,11 @@ class FakeQuant(Op):
 
     @staticmethod
     def infer(node: Node, graph: Graph, shapes: list[Shape | None]) -> list[Shape]:
-        return [shapes[0] or ()]
+        return known(node, shapes)
 
     @staticmethod
     def run_cpu(node: Node, graph: Graph, inputs: Inputs) -> list[np.ndarray]:
-        x = inputs[0]
+        x, = arrays(node, inputs)
         lo, hi, scale = fake_quant_grid(node.attrs.get("min", 0.0), node.attrs.get("max", 0.0),
                                         node.attrs.get("num_bits", 8))
         clamped = np.fmin(hi, np.fmax(lo, x))  # std::min/max order: a NaN input lands on the nudged min

@@ -29,17 +29,37 @@ def operand(node: Node, graph: Graph, inputs: Inputs | None, i: int) -> np.ndarr
     return graph.tensors[node.inputs[i]].data
 
 
+def arrays(node: Node, inputs: Inputs) -> list[np.ndarray]:
+    """The run-time arrays of a node none of whose inputs may be omitted."""
+    present = []
+    for i, v in enumerate(inputs):
+        if v is None:
+            raise ModelError(f"{node}: input {i} is omitted, but {node.op} needs it")
+        present.append(v)
+    return present
+
+
+def known(node: Node, shapes: list[Shape | None]) -> list[Shape]:
+    """The input shapes of a node none of whose inputs may be omitted."""
+    present = []
+    for i, shape in enumerate(shapes):
+        if shape is None:
+            raise ModelError(f"{node}: input {i} is omitted, but {node.op} needs it")
+        present.append(shape)
+    return present
+
+
 def int_list(node: Node, v: np.ndarray, what: str) -> list[int]:
     if v.dtype.kind not in "iu":
         raise ModelError(f"{node}: {what} must be an integer tensor, got {v.dtype}")
     return [int(x) for x in np.asarray(v).reshape(-1)]
 
 
-def scalar_of(node: Node, v: np.ndarray, what: str) -> np.generic:
-    """The one element of a tensor that must hold exactly one."""
+def scalar_of(node: Node, v: np.ndarray, what: str) -> np.ndarray:
+    """The one element of a tensor that must hold exactly one, as a 0-d array of its type."""
     if v.size != 1:
         raise ModelError(f"{node}: {what} must hold one value, has shape {list(v.shape)}")
-    return np.asarray(v).reshape(-1)[0]
+    return np.asarray(v).reshape(())
 
 
 def outputs(node: Node, n: int) -> None:
@@ -67,9 +87,9 @@ def kind(t: Tensor) -> str:
 def require_type(node: Node, t: Tensor, allowed: Iterable[type], what: str) -> None:
     """A ModelError unless ``t``'s element type is one of ``allowed`` (numpy scalar types). Tensors numpy
     cannot hold (STRING, RESOURCE, BFLOAT16, ...) are refused whatever their stand-in dtype."""
-    allowed = tuple(np.dtype(a) for a in allowed)
-    if t.type_name in ("STRING", "RESOURCE", "VARIANT", "BFLOAT16") or t.dtype not in allowed:
-        names = ", ".join(sorted(str(a) for a in allowed))
+    dtypes = tuple(np.dtype(a) for a in allowed)
+    if t.type_name in ("STRING", "RESOURCE", "VARIANT", "BFLOAT16") or t.dtype not in dtypes:
+        names = ", ".join(sorted(str(a) for a in dtypes))
         raise ModelError(f"{node}: {what} (tensor {t.index}, {t.name!r}) is {kind(t)}; {node.op} takes {names}")
 
 
