@@ -140,7 +140,8 @@ def test_sparse_to_dense_refuses_an_index_outside():
         run_ours(content, [np.array([[3, 0]], np.int32), np.ones(1, np.float32), np.zeros((), np.float32)])
 
 
-DUS_TYPES = [np.float32, np.float16, np.float64, np.int8, np.uint8, np.int16, np.int32, np.int64, np.bool_]
+DUS_TYPES = [np.float32, np.float16, np.float64, np.int8, np.uint8, np.int16, np.uint16, np.int32, np.uint32, np.int64,
+             np.bool_, np.complex64]
 
 
 @pytest.mark.parametrize("dtype", DUS_TYPES)
@@ -160,7 +161,8 @@ def test_dynamic_update_slice_refuses_an_update_too_large():
         gd.Interpreter(model_content=content).allocate_tensors()
 
 
-@pytest.mark.parametrize("dtype", [np.float32, np.int8, np.uint8, np.int32, np.int64, np.bool_, np.float16])
+@pytest.mark.parametrize("dtype", [np.float32, np.int8, np.uint8, np.int16, np.uint16, np.int32, np.uint32, np.int64,
+                                   np.bool_, np.float16, np.float64, np.complex64])
 @pytest.mark.parametrize("table", [(7, 3), (5, 2, 3), (9, 1)])
 def test_embedding_lookup(table, dtype):
     ids = np.array([3, 0, 4, 4, 1], np.int32)
@@ -196,7 +198,8 @@ def test_embedding_lookup_refuses_an_id_outside_the_table():
         run_ours(content, [np.array([0, 3], np.int32), sample((3, 2), np.float32)])
 
 
-@pytest.mark.parametrize("dtype", [np.float32, np.int8, np.uint8, np.int16, np.int32, np.int64, np.bool_])
+@pytest.mark.parametrize("dtype", [np.float32, np.int8, np.uint8, np.int16, np.uint16, np.int32, np.uint32, np.int64,
+                                   np.bool_, np.float16, np.float64, np.complex64])
 @pytest.mark.parametrize("values", [(5,), (5, 3), (5, 2, 3)])
 def test_hashtable_lookup(values, dtype):
     keys = np.array([-7, 0, 3, 11, 40], np.int32)
