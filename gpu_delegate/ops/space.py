@@ -66,7 +66,8 @@ def _block_params(node: Node, rank: int, block: np.ndarray, pairs: np.ndarray, w
     return sizes, amounts
 
 
-def _space_to_batch_shape(node: Node, shape: Shape, block: list[int], pads: list[int]) -> Shape:
+def _space_to_batch_shape(node: Node, shape: Shape, block: list[int], pairs: list[int]) -> Shape:
+    pads = pairs
     spatial = []
     for d, b in enumerate(block):
         padded = shape[1 + d] + pads[2 * d] + pads[2 * d + 1]
@@ -77,7 +78,8 @@ def _space_to_batch_shape(node: Node, shape: Shape, block: list[int], pads: list
     return (shape[0] * int(np.prod(block)), *spatial, shape[-1])
 
 
-def _batch_to_space_shape(node: Node, shape: Shape, block: list[int], crops: list[int]) -> Shape:
+def _batch_to_space_shape(node: Node, shape: Shape, block: list[int], pairs: list[int]) -> Shape:
+    crops = pairs
     blocks = int(np.prod(block))
     if shape[0] % blocks:
         raise ModelError(f"{node}: batch {shape[0]} is not a multiple of the {blocks} blocks of {block}")
@@ -210,7 +212,7 @@ class ReverseV2(Op):
     @staticmethod
     def run_cpu(node: Node, graph: Graph, inputs: Inputs) -> list[np.ndarray]:
         x, axes = arrays(node, inputs)
-        return [np.array(np.flip(x, _reverse_axes(node, axes, x.ndim)), copy=True)]
+        return [np.array(np.flip(x, tuple(_reverse_axes(node, axes, x.ndim))), copy=True)]
 
 
 @register
