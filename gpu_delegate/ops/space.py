@@ -66,8 +66,7 @@ def _block_params(node: Node, rank: int, block: np.ndarray, pairs: np.ndarray, w
     return sizes, amounts
 
 
-def _space_to_batch_shape(node: Node, shape: Shape, block: list[int], pairs: list[int]) -> Shape:
-    pads = pairs
+def _space_to_batch_shape(node: Node, shape: Shape, block: list[int], pads: list[int]) -> Shape:
     spatial = []
     for d, b in enumerate(block):
         padded = shape[1 + d] + pads[2 * d] + pads[2 * d + 1]
@@ -78,8 +77,7 @@ def _space_to_batch_shape(node: Node, shape: Shape, block: list[int], pairs: lis
     return (shape[0] * int(np.prod(block)), *spatial, shape[-1])
 
 
-def _batch_to_space_shape(node: Node, shape: Shape, block: list[int], pairs: list[int]) -> Shape:
-    crops = pairs
+def _batch_to_space_shape(node: Node, shape: Shape, block: list[int], crops: list[int]) -> Shape:
     blocks = int(np.prod(block))
     if shape[0] % blocks:
         raise ModelError(f"{node}: batch {shape[0]} is not a multiple of the {blocks} blocks of {block}")
@@ -136,7 +134,10 @@ class SpaceToBatchNd(_BlockOp):
     (offset_h * block_w + offset_w) * batch + b."""
 
     name, pairs_name = "SPACE_TO_BATCH_ND", "the paddings"
-    out_shape = staticmethod(_space_to_batch_shape)
+
+    @staticmethod
+    def out_shape(node: Node, shape: Shape, block: list[int], pairs: list[int]) -> Shape:
+        return _space_to_batch_shape(node, shape, block, pairs)
 
     @staticmethod
     def run_cpu(node: Node, graph: Graph, inputs: Inputs) -> list[np.ndarray]:
@@ -160,7 +161,10 @@ class BatchToSpaceNd(_BlockOp):
     """The inverse of SPACE_TO_BATCH_ND: blocks moved from the batch back to space, then cropped."""
 
     name, pairs_name = "BATCH_TO_SPACE_ND", "the crops"
-    out_shape = staticmethod(_batch_to_space_shape)
+
+    @staticmethod
+    def out_shape(node: Node, shape: Shape, block: list[int], pairs: list[int]) -> Shape:
+        return _batch_to_space_shape(node, shape, block, pairs)
 
     @staticmethod
     def run_cpu(node: Node, graph: Graph, inputs: Inputs) -> list[np.ndarray]:
