@@ -82,11 +82,11 @@ def l2_normalize_quantized(x: np.ndarray, zero_point: int, unsigned: bool, out: 
     for r in range(rows):
         total = 0
         for c in range(depth):
-            d = np.int64(x[r, c]) - zero_point
+            d = int(x[r, c]) - zero_point
             total += d * d
         multiplier, shift = inv_sqrt_multiplier(_wrap32(total))
         for c in range(depth):
-            d = np.int64(x[r, c]) - zero_point
+            d = int(x[r, c]) - zero_point
             if unsigned:
                 v = 128 + multiply_by_quantized_multiplier(128 * d, multiplier, shift)
                 out[r, c] = min(max(v, 0), 255)

@@ -16,7 +16,7 @@ from .base import Op, register
 from .operands import Inputs, Shape, arrays, declared, int_list, known, operand, require_type, tensor_in, tensor_out
 from .quantize import arity
 
-_PARTS = {np.dtype(np.complex64): np.dtype(np.float32), np.dtype(np.complex128): np.dtype(np.float64)}
+_PARTS: dict[np.dtype, type] = {np.dtype(np.complex64): np.float32, np.dtype(np.complex128): np.float64}
 
 
 class _ComplexPart(Op):
@@ -33,7 +33,7 @@ class _ComplexPart(Op):
         arity(node, 1, 1)
         z, y = tensor_in(node, graph, 0), tensor_out(node, graph)
         require_type(node, z, (np.complex64, np.complex128), "the input")
-        require_type(node, y, (_PARTS[z.dtype].type,), "the output")
+        require_type(node, y, (_PARTS[z.dtype],), "the output")
 
     @staticmethod
     def infer(node: Node, graph: Graph, shapes: list[Shape | None]) -> list[Shape]:
@@ -48,19 +48,28 @@ class _ComplexPart(Op):
 @register
 class ComplexAbs(_ComplexPart):
     name = "COMPLEX_ABS"
-    part = staticmethod(np.abs)
+
+    @staticmethod
+    def part(z: np.ndarray) -> np.ndarray:
+        return np.abs(z)
 
 
 @register
 class Real(_ComplexPart):
     name = "REAL"
-    part = staticmethod(np.real)
+
+    @staticmethod
+    def part(z: np.ndarray) -> np.ndarray:
+        return z.real
 
 
 @register
 class Imag(_ComplexPart):
     name = "IMAG"
-    part = staticmethod(np.imag)
+
+    @staticmethod
+    def part(z: np.ndarray) -> np.ndarray:
+        return z.imag
 
 
 def _fft_length(node: Node, value: np.ndarray) -> tuple[int, int]:
