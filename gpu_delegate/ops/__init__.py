@@ -5,7 +5,7 @@ import importlib
 from .base import REGISTRY, Op, get_op, register
 
 _FAMILIES = ["conv", "pool", "elementwise", "reduce", "layout", "resize", "quantize", "lstm", "math", "shape", "index",
-             "space", "normalization", "signal"]
+             "space", "normalization", "signal", "hashing"]
 
 
 def _import_families() -> None:
