@@ -146,3 +146,12 @@ def test_broadcast_to_refuses_an_impossible_shape():
 ])
 def test_newer_versions_are_refused_by_name(op, version, inputs, outputs):
     assert f"({op}): op version {version} is not supported" in refused_version(op, inputs, outputs, version)
+
+
+def test_outputs_sized_by_values_are_bounded():
+    fill = single_op("FILL", [In((3,), np.int64), In(())], [Out((1, 1, 1))])
+    with pytest.raises(gd.ModelError, match="FILL.*GiB"):
+        run_ours(fill, [np.array([10**5, 10**5, 10**5], np.int64), np.array(1.0, np.float32)])
+    ranged = single_op("RANGE", [In(())] * 3, [Out((1,))])
+    with pytest.raises(gd.ModelError, match="RANGE.*GiB"):
+        run_ours(ranged, [np.array(v, np.float32) for v in (0.0, 1e30, 1.0)])

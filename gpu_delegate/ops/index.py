@@ -21,6 +21,7 @@ from .operands import (
     Inputs,
     Shape,
     arrays,
+    bounded,
     declared,
     int_list,
     known,
@@ -140,7 +141,7 @@ class ScatterNd(Op):
         indices, updates, shape_value = arrays(node, inputs)
         shape = shape_vector(node, shape_value, "the shape")
         ScatterNd._check_shapes(node, indices.shape, updates.shape, shape)
-        out = np.zeros(shape, updates.dtype)
+        out = np.zeros(bounded(node, shape, updates.dtype), updates.dtype)
         offsets, slice_size = _flat_offsets(node, indices, shape, "scatter")
         positions = _slices(offsets, slice_size).reshape(-1)
         values = updates.reshape(-1)
@@ -227,7 +228,7 @@ class SparseToDense(Op):
         indices, shape_value, values, default = arrays(node, inputs)
         shape = shape_vector(node, shape_value, "the output shape")
         SparseToDense._check_shapes(node, indices.shape, len(shape), values.shape, default.shape)
-        out = np.full(shape, default.reshape(-1)[0], values.dtype)
+        out = np.full(bounded(node, shape, values.dtype), default.reshape(-1)[0], values.dtype)
         coords = indices.reshape(-1, len(shape)).astype(np.int64)
         outside = (coords < 0) | (coords >= np.array(shape, np.int64))
         if outside.any():

@@ -117,3 +117,15 @@ def shape_vector(node: Node, v: np.ndarray, what: str) -> Shape:
     if any(d < 0 for d in dims):
         raise ModelError(f"{node}: {what} {list(dims)} has a negative dimension")
     return dims
+
+
+def bounded(node: Node, shape: Shape, dtype: np.dtype) -> Shape:
+    """A shape computed from tensor values at run time, refused when its tensor would exceed the size the
+    interpreter allows any tensor (a FILL of dims [10^5, 10^5, 10^5] is a ModelError, not a MemoryError)."""
+    from ..interpreter import MAX_TENSOR_BYTES  # here, not at the top: the interpreter imports the ops
+
+    nbytes = int(np.prod(shape, dtype=np.float64)) * np.dtype(dtype).itemsize
+    if nbytes > MAX_TENSOR_BYTES:
+        raise ModelError(f"{node}: an output of shape {list(shape)} would need {nbytes / 2**30:.1f} GiB, more than "
+                         f"the {MAX_TENSOR_BYTES >> 30} GiB allowed")
+    return shape

@@ -18,6 +18,7 @@ from .operands import (
     Inputs,
     Shape,
     arrays,
+    bounded,
     known,
     declared,
     operand,
@@ -67,7 +68,7 @@ class Fill(Op):
     def run_cpu(node: Node, graph: Graph, inputs: Inputs) -> list[np.ndarray]:
         dims, value = arrays(node, inputs)
         _check_scalar_shape(node, value.shape, "the value")
-        return [np.full(shape_vector(node, dims, "dims"), value, value.dtype)]
+        return [np.full(bounded(node, shape_vector(node, dims, "dims"), value.dtype), value, value.dtype)]
 
 
 @register
@@ -164,7 +165,7 @@ class Range(Op):
         for v, what in zip(values, ("start", "limit", "delta")):
             _check_scalar_shape(node, v.shape, what)
         start, limit, delta = Range._bounds(node, values)
-        n = _range_size(node, start, limit, delta)
+        n = bounded(node, (_range_size(node, start, limit, delta),), start.dtype)[0]
         if start.dtype.kind in "iu":
             return [(int(start) + np.arange(n, dtype=np.int64) * int(delta)).astype(start.dtype)]
         steps = np.full(n, delta, start.dtype)
@@ -252,5 +253,5 @@ class BroadcastTo(Op):
     @staticmethod
     def run_cpu(node: Node, graph: Graph, inputs: Inputs) -> list[np.ndarray]:
         x, shape = arrays(node, inputs)
-        return [np.broadcast_to(x, BroadcastTo._target(node, x.shape, shape)).copy()]
+        return [np.broadcast_to(x, bounded(node, BroadcastTo._target(node, x.shape, shape), x.dtype)).copy()]
 

@@ -13,7 +13,19 @@ import numpy as np
 from ..errors import ModelError
 from ..graph import Graph, Node
 from .base import Op, register
-from .operands import Inputs, Shape, arrays, declared, int_list, known, operand, require_type, tensor_in, tensor_out
+from .operands import (
+    Inputs,
+    Shape,
+    arrays,
+    bounded,
+    declared,
+    int_list,
+    known,
+    operand,
+    require_type,
+    tensor_in,
+    tensor_out,
+)
 from .quantize import arity
 
 _PARTS: dict[np.dtype, type] = {np.dtype(np.complex64): np.float32, np.dtype(np.complex128): np.float64}
@@ -111,7 +123,7 @@ class Rfft2d(Op):
     def run_cpu(node: Node, graph: Graph, inputs: Inputs) -> list[np.ndarray]:
         x, value = arrays(node, inputs)
         lengths = _fft_length(node, value)
-        Rfft2d._shape(node, x.shape, lengths)
+        bounded(node, Rfft2d._shape(node, x.shape, lengths), np.dtype(np.complex64))
         return [np.fft.rfft2(x.astype(np.float64), s=lengths, axes=(-2, -1)).astype(np.complex64)]
 
     @staticmethod

@@ -19,6 +19,7 @@ from .operands import (
     Inputs,
     Shape,
     arrays,
+    bounded,
     declared,
     int_list,
     known,
@@ -143,7 +144,7 @@ class SpaceToBatchNd(_BlockOp):
     def run_cpu(node: Node, graph: Graph, inputs: Inputs) -> list[np.ndarray]:
         x, block_value, pads_value = arrays(node, inputs)
         block, pads = _block_params(node, x.ndim, block_value, pads_value, "the paddings")
-        out_shape = _space_to_batch_shape(node, x.shape, block, pads)
+        out_shape = bounded(node, _space_to_batch_shape(node, x.shape, block, pads), x.dtype)
         widths = [(0, 0)] + [(pads[2 * d], pads[2 * d + 1]) for d in range(len(block))] + [(0, 0)]
         padded = np.pad(x, widths, constant_values=np.array(_pad_value(graph, node)).astype(x.dtype))
         # (B, H/bh, bh, W/bw, bw, C) -> (bh, bw, B, H/bh, W/bw, C)
@@ -370,6 +371,7 @@ class Dilate(Op):
         if x.ndim == 0:
             raise ModelError(f"{node}: the input must have rank >= 1")
         factors = _dilations(node, dilations, x.ndim)
-        out = np.full(Dilate._shape(x.shape, factors), scalar_of(node, padding, "the padding value"), x.dtype)
+        out = np.full(bounded(node, Dilate._shape(x.shape, factors), x.dtype),
+                      scalar_of(node, padding, "the padding value"), x.dtype)
         out[tuple(slice(None, None, f) for f in factors)] = x
         return [out]
