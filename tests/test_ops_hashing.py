@@ -8,6 +8,8 @@ import numpy as np
 import pytest
 from single_op import Const, In, Out, expect_same, refused_version, sample, single_op
 
+import gpu_delegate as gd
+
 SPARSE, DENSE = 1, 2
 
 
@@ -32,3 +34,10 @@ def test_newer_versions_are_refused_by_name():
     message = refused_version("LSH_PROJECTION", [Const(np.ones((1, 2), np.float32)), In((3,))],
                               [Out((1,), np.int32)], 2, type=SPARSE)
     assert "(LSH_PROJECTION): op version 2 is not supported" in message
+
+
+def test_skip_gram_is_refused_by_name():
+    # SKIP_GRAM reads and writes string tensors, which this interpreter does not hold
+    content = single_op("SKIP_GRAM", [In((3,), np.uint8)], [Out((3,), np.uint8)], ngram_size=2, max_skip_size=1)
+    with pytest.raises(gd.ModelError, match="SKIP_GRAM"):
+        gd.Interpreter(model_content=content)

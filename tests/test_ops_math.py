@@ -40,15 +40,14 @@ def test_ceil_round(op, shape, dtype):
     expect_same(content, [x])
 
 
-@pytest.mark.parametrize("op", ["CEIL", "ROUND"])
-def test_ceil_round_on_gpu(op):
+@pytest.mark.parametrize("op", ["CEIL", "ROUND", "RELU_0_TO_1"])
+def test_unary_ops_on_gpu(op, backend):
     shape = (2, 5, 3, 7)
     content = single_op(op, [In(shape)], [Out(shape)])
-    x = (sample(shape, np.float32) * 4).astype(np.float32)
+    x = (sample(shape, np.float32) * 2).astype(np.float32)
     x.reshape(-1)[:6] = [0.5, 1.5, 2.5, -0.5, -1.5, -2.5]
-    delegate = shared_delegate("cl")
-    it = gd.Interpreter(model_content=content, experimental_delegates=[delegate])
-    assert {d["backend"] for d in it.get_ops_details()} == {"cl"}
+    it = gd.Interpreter(model_content=content, experimental_delegates=[shared_delegate(backend)])
+    assert {d["backend"] for d in it.get_ops_details()} == {backend}
     it.allocate_tensors()
     it.set_tensor(it.get_input_details()[0]["index"], x)
     it.invoke()

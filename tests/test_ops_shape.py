@@ -129,6 +129,13 @@ def test_broadcast_to_shape_at_run_time():
         assert expect_same(content, [x, np.array(target, np.int64)])[0].shape == tuple(target)
 
 
+def test_broadcast_to_version_1_is_refused():
+    # version 1 of the op code was withdrawn; LiteRT registers versions 2 and up
+    content = single_op("BROADCAST_TO", [In((3,)), Const(np.array([2, 3], np.int32))], [Out((2, 3))], version=1)
+    with pytest.raises(gd.ModelError, match="BROADCAST_TO.*version 1"):
+        gd.Interpreter(model_content=content)
+
+
 def test_broadcast_to_refuses_an_impossible_shape():
     content = single_op("BROADCAST_TO", [In((2, 3)), Const(np.array([4, 3], np.int32))], [Out((4, 3))],
                         version=2)
