@@ -14,9 +14,9 @@ from typing import ClassVar
 
 import numpy as np
 
+from ..cpu.elementwise import round_half_away
 from ..errors import ModelError
 from ..graph import Graph, Node
-from ..cpu.elementwise import round_half_away
 from .base import Op, broadcast_shape, register
 from .elementwise import _ReluX, _Unary
 from .operands import Inputs, Shape, arrays, known, require_type, same_type, tensor_in, tensor_out

@@ -141,7 +141,7 @@ class _Reader:
             return {}
         obj = getattr(options_module(type_name), type_name)()
         obj.Init(table.Bytes, table.Pos)
-        attrs = {}
+        attrs: dict = {}
         for snake, getter, is_vector in options_fields(type_name):
             if is_vector:
                 self.count(obj, getter)
