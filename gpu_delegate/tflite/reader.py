@@ -149,7 +149,7 @@ class _Reader:
         for snake, getter, is_vector in options_fields(type_name):
             if is_vector:
                 self.count(obj, getter)
-                attrs[snake] = [int(v) for v in getattr(obj, f"{getter}AsNumpy")()] \
+                attrs[snake] = [v.item() for v in getattr(obj, f"{getter}AsNumpy")()] \
                     if getattr(obj, f"{getter}Length")() else []
             else:
                 value = getattr(obj, getter)()

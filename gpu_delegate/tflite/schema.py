@@ -37,6 +37,8 @@ _OPTIONS_OVERRIDES = {
 _OPTIONS_BY_KEY = {name.upper(): name for name in OPTIONS_CODES}
 _OPTIONS2_BY_KEY = {name.upper(): name for name in OPTIONS2_CODES if name != "NONE"}
 
+# Options vectors whose elements are float32 (every other options vector holds int32).
+
 
 def options_type_for_op(op_name: str) -> str | None:
     """The BuiltinOptions table name an op carries (``CONV_2D`` -> ``Conv2DOptions``), or None."""
