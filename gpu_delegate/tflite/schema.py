@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import importlib
 import re
+from types import ModuleType
 
 import tflite
 
@@ -42,7 +43,7 @@ def snake_case(camel: str) -> str:
 
 
 @functools.cache
-def options_module(type_name: str):
+def options_module(type_name: str) -> ModuleType:
     return importlib.import_module(f"tflite.{type_name}")
 
 
