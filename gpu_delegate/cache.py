@@ -25,11 +25,15 @@ import tempfile
 import time
 from dataclasses import asdict
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .lowering.plan import KernelCall, Plan, PostOp
 from .version import __version__
+
+if TYPE_CHECKING:
+    from .graph import Graph
 
 log = logging.getLogger("gpu_delegate")
 
@@ -51,7 +55,7 @@ def check_token(token: str) -> None:
 class Cache:
     """One serialization directory, as one delegate uses it."""
 
-    def __init__(self, directory: Path, token: str | None):
+    def __init__(self, directory: Path, token: str | None) -> None:
         self.directory = directory
         self.token = token
         self.hits = 0
@@ -59,7 +63,7 @@ class Cache:
         self.rejected = 0
 
     @classmethod
-    def open(cls, serialization_dir: str | os.PathLike | None, model_token: str | None) -> Cache | None:
+    def open(cls, serialization_dir: str | os.PathLike[str] | None, model_token: str | None) -> Cache | None:
         if model_token is not None:
             check_token(model_token)
         if serialization_dir is None:
@@ -88,30 +92,38 @@ class Cache:
             self.misses += 1
             return None
         except OSError as e:
-            return self._reject(path, f"cannot be opened ({e.strerror})")
+            self._reject(path, f"cannot be opened ({e.strerror})")
+            return None
         with os.fdopen(fd, "rb") as f:
             st = os.fstat(f.fileno())
             if hasattr(os, "getuid") and st.st_uid != os.getuid():
-                return self._reject(path, f"is owned by user {st.st_uid}, not by this user")
+                self._reject(path, f"is owned by user {st.st_uid}, not by this user")
+                return None
             if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-                return self._reject(path, "is writable by other users")
+                self._reject(path, "is writable by other users")
+                return None
             if not stat.S_ISREG(st.st_mode):
-                return self._reject(path, "is not a regular file")
+                self._reject(path, "is not a regular file")
+                return None
             data = f.read()
         try:
             header, payload = _unpack(data)
         except ValueError as e:
-            return self._reject(path, str(e))
+            self._reject(path, str(e))
+            return None
         if header.get("package") != __version__:
-            return self._reject(path, f"was written by gpu_delegate {header.get('package')}, this is {__version__}")
+            self._reject(path, f"was written by gpu_delegate {header.get('package')}, this is {__version__}")
+            return None
         if header.get("device") != device:
-            return self._reject(path, "was written for another device or driver")
+            self._reject(path, "was written for another device or driver")
+            return None
         try:
             blobs = {name: payload[off:off + n] for name, off, n in header["blobs"]}
             plan = plan_from_json(header["plan"], blobs)
             binaries = {k[4:]: v for k, v in blobs.items() if k.startswith("bin:")}
         except (KeyError, TypeError, ValueError, IndexError) as e:
-            return self._reject(path, f"has an unreadable plan ({type(e).__name__}: {e})")
+            self._reject(path, f"has an unreadable plan ({type(e).__name__}: {e})")
+            return None
         self.hits += 1
         return plan, binaries
 
@@ -124,11 +136,12 @@ class Cache:
         blobs: dict[str, bytes] = {f"const:{k}": np.ascontiguousarray(v, np.float32).tobytes()
                                    for k, v in plan.consts.items()}
         blobs.update({f"bin:{k}": v for k, v in binaries.items()})
-        table, offset = [], 0
+        table: list[list[str | int]] = []
+        offset = 0
         for name, blob in blobs.items():
             table.append([name, offset, len(blob)])
             offset += len(blob)
-        header = {"package": __version__, "device": device, "backend": backend, "token": self.token,
+        header: dict[str, Any] = {"package": __version__, "device": device, "backend": backend, "token": self.token,
                   "created": time.time(), "plan": plan_to_json(plan), "blobs": table}
         data = _pack(header, b"".join(blobs.values()))
         self._sweep_stale_temps()
@@ -168,10 +181,10 @@ class Cache:
 
     # -- listing, for `gpu-delegate cache` -------------------------------------------------------------------
     @staticmethod
-    def entries(directory: str | os.PathLike) -> list[dict]:
+    def entries(directory: str | os.PathLike[str]) -> list[dict[str, Any]]:
         out = []
         for path in sorted(Path(directory).glob("*.bin")):
-            entry = {"file": path.name, "size": path.stat().st_size, "valid": False}
+            entry: dict[str, Any] = {"file": path.name, "size": path.stat().st_size, "valid": False}
             try:
                 header, _ = _unpack(path.read_bytes())
                 entry.update(valid=True, token=header.get("token"), backend=header.get("backend"),
@@ -182,13 +195,13 @@ class Cache:
         return out
 
 
-def _pack(header: dict, payload: bytes) -> bytes:
+def _pack(header: dict[str, Any], payload: bytes) -> bytes:
     head = json.dumps(header, separators=(",", ":")).encode()
     body = _HEAD.pack(FORMAT_VERSION, len(head)) + head + payload
     return MAGIC + body + hashlib.sha256(body).digest()
 
 
-def _unpack(data: bytes) -> tuple[dict, bytes]:
+def _unpack(data: bytes) -> tuple[dict[str, Any], bytes]:
     if not data.startswith(MAGIC):
         raise ValueError("is not a gpu_delegate cache file")
     body, digest = data[len(MAGIC):-32], data[-32:]
@@ -206,7 +219,7 @@ def _unpack(data: bytes) -> tuple[dict, bytes]:
     return header, body[_HEAD.size + n:]
 
 
-def plan_to_json(plan: Plan) -> dict:
+def plan_to_json(plan: Plan) -> dict[str, Any]:
     return {
         "tensors": [[t, list(s)] for t, s in plan.tensors.items()],
         "consts": {k: list(v.shape) for k, v in plan.consts.items()},
@@ -218,8 +231,8 @@ def plan_to_json(plan: Plan) -> dict:
     }
 
 
-def plan_from_json(d: dict, blobs: dict[str, bytes]) -> Plan:
-    consts = {}
+def plan_from_json(d: dict[str, Any], blobs: dict[str, bytes]) -> Plan:
+    consts: dict[str, np.ndarray] = {}
     for key, shape in d["consts"].items():
         arr = np.frombuffer(blobs[f"const:{key}"], np.float32)
         consts[key] = arr.reshape(shape)
@@ -236,7 +249,7 @@ def plan_from_json(d: dict, blobs: dict[str, bytes]) -> Plan:
                 nodes=list(d["nodes"]), notes=list(d["notes"]), tuned=bool(d["tuned"]))
 
 
-def fingerprint(parts: list) -> str:
+def fingerprint(parts: list[Any]) -> str:
     h = hashlib.sha256()
     for p in parts:
         if isinstance(p, np.ndarray):
@@ -247,10 +260,10 @@ def fingerprint(parts: list) -> str:
     return h.hexdigest()[:24]
 
 
-def partition_parts(graph, nodes: list[int], shapes: dict[int, tuple[int, ...]]) -> list:
+def partition_parts(graph: Graph, nodes: list[int], shapes: dict[int, tuple[int, ...]]) -> list[Any]:
     """What identifies a partition: its nodes with their attributes, its tensors' shapes, types and
     quantization, and the bytes of its constants."""
-    parts: list = []
+    parts: list[Any] = []
     seen: set[int] = set()
     for n in nodes:
         node = graph.nodes[n]

@@ -20,9 +20,9 @@ import statistics
 import sys
 import time
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn, TypeVar
 
 import numpy as np
 
@@ -30,8 +30,12 @@ from . import tools
 from .cache import Cache
 from .errors import DelegateError, ModelError
 from .gpu import GpuDelegate
+from .graph import Quantization, Tensor
+from .interpreter import Interpreter
 from .ops.base import get_op
 from .tflite.reader import read_model
+
+T = TypeVar("T")
 
 PROG = "gpu-delegate"
 GPU_BACKENDS = ("cl", "gl")
@@ -42,7 +46,7 @@ class UserError(Exception):
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # argparse prints the whole usage; one line is clearer
+    def error(self, message: str) -> NoReturn:  # argparse prints the whole usage; one line is clearer
         raise UserError(f"{message} ('{self.prog} --help' lists the flags)")
 
 
@@ -57,7 +61,7 @@ def _bool(text: str) -> bool:
     raise argparse.ArgumentTypeError(f"expected true, false, 1 or 0, got {text!r}")
 
 
-def _int_at_least(low: int):
+def _int_at_least(low: int) -> Callable[[str], int]:
     def parse(text: str) -> int:
         try:
             value = int(text)
@@ -158,13 +162,13 @@ def make_delegate(backend: str, precision_loss_allowed: bool = False, serializat
                        serialization_dir=serialization_dir, model_token=model_token)
 
 
-def _fell_back(delegate, backend: str) -> bool:
+def _fell_back(delegate: GpuDelegate, backend: str) -> bool:
     """Whether a GpuDelegate asked for ``backend`` found no GPU API and passes every node to the CPU."""
     name = getattr(delegate, "backend_name", backend)
     return name == "cpu" or (backend != "auto" and name != backend)
 
 
-def _progress(iterable, total: int, desc: str):
+def _progress(iterable: Iterable[T], total: int, desc: str) -> Iterator[T]:
     from tqdm import tqdm
 
     # Shown only when the loop outlasts `delay`: short runs stay quiet, long ones show they are alive.
@@ -175,7 +179,7 @@ def _peak_memory_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # KiB on Linux
 
 
-def _write_json(path: str | None, data: dict) -> None:
+def _write_json(path: str | None, data: dict[str, Any]) -> None:
     if not path:
         return
     try:
@@ -192,7 +196,7 @@ def _need_matplotlib() -> Any:
         raise UserError("--plot needs matplotlib: pip install 'gpu_delegate[plot]'") from None
 
 
-def _bar_chart(plt, path: str, labels: list[str], values: list[float], errors: list[float] | None,
+def _bar_chart(plt: Any, path: str, labels: list[str], values: list[float], errors: list[float] | None,
                title: str, ylabel: str) -> None:
     fig, ax = plt.subplots(figsize=(max(4.0, 1.2 * len(labels) + 2), 4))
     bars = ax.bar(labels, values, yerr=errors, capsize=4, color="#4c72b0")
@@ -214,7 +218,7 @@ def _bar_chart(plt, path: str, labels: list[str], values: list[float], errors: l
 
 # -- benchmark -----------------------------------------------------------------------------------------------
 
-def cmd_benchmark(args) -> int:
+def cmd_benchmark(args: argparse.Namespace) -> int:
     use_gpu = args.use_gpu if args.use_gpu is not None else args.gpu_backend is not None
     if args.gpu_backend == "all" and not use_gpu:
         raise UserError("--gpu_backend=all compares the GPU backends; it cannot be combined with "
@@ -271,7 +275,7 @@ def cmd_benchmark(args) -> int:
     print(f"Inference timings in us: Init: {init_ms * 1e3:.0f}, First inference: {first_ms * 1e3:.0f}, "
           f"Warmup (avg): {warm_avg * 1e3:.1f}, Inference (avg): {s['avg'] * 1e3:.1f}")
     print(f"Peak memory footprint (maxrss): {peak:.1f} MB")
-    result = {"graph": label, "backend": backend if use_gpu else "cpu", "num_threads": args.num_threads,
+    result: dict[str, Any] = {"graph": label, "backend": backend if use_gpu else "cpu", "num_threads": args.num_threads,
               "nodes_by_backend": counts, "init_ms": init_ms, "first_inference_ms": first_ms,
               "warmup_ms": warmup, "warmup_avg_ms": warm_avg if warmup else None, "inference_ms": s,
               "runs_ms": runs, "peak_memory_mb": peak}
@@ -289,13 +293,13 @@ def cmd_benchmark(args) -> int:
     return 0
 
 
-def _benchmark_all(args, content: bytes, rng: np.random.Generator, plt) -> int:
+def _benchmark_all(args: argparse.Namespace, content: bytes, rng: np.random.Generator, plt: Any) -> int:
     """cl, gl and our CPU path on the same inputs, timed in interleaved rounds so drift hits all alike."""
-    entries: list[tuple[str, object]] = []
+    entries: list[tuple[str, Interpreter]] = []
     unavailable: dict[str, str] = {}
     for backend in (*GPU_BACKENDS, "cpu"):
         try:
-            delegates = [] if backend == "cpu" else [
+            delegates: list[GpuDelegate] = [] if backend == "cpu" else [
                 make_delegate(backend, args.gpu_precision_loss_allowed, args.delegate_serialize_dir,
                               args.delegate_serialize_token)]
             if delegates and _fell_back(delegates[0], backend):
@@ -350,7 +354,7 @@ def _benchmark_all(args, content: bytes, rng: np.random.Generator, plt) -> int:
 
 # -- diff ----------------------------------------------------------------------------------------------------
 
-def _reference(content: bytes, path: str):
+def _reference(content: bytes, path: str) -> tuple[Any, str]:
     """(interpreter, description): LiteRT's single-threaded CPU kernels, or ours when LiteRT is absent."""
     try:
         from ai_edge_litert import __version__ as litert_version
@@ -367,7 +371,7 @@ def _reference(content: bytes, path: str):
     return it, f"LiteRT {litert_version} CPU, 1 thread"
 
 
-def cmd_diff(args) -> int:
+def cmd_diff(args: argparse.Namespace) -> int:
     content = _read_model(args.model)
     use_gpu = args.use_gpu
     if use_gpu is None:
@@ -426,7 +430,7 @@ def cmd_diff(args) -> int:
 
 # -- inspect -------------------------------------------------------------------------------------------------
 
-def _quant_text(q) -> str:
+def _quant_text(q: Quantization | None) -> str:
     if q is None:
         return "-"
     if q.per_channel:
@@ -435,7 +439,7 @@ def _quant_text(q) -> str:
     return f"scale={s:.6g} zero_point={z}"
 
 
-def _shape_text(t) -> str:
+def _shape_text(t: Tensor) -> str:
     sig = t.shape_signature
     if sig is not None and tuple(sig) != tuple(t.shape):
         return f"{list(t.shape)} (signature {list(sig)})"
@@ -446,7 +450,7 @@ def _mmacs(n: int) -> str:
     return f"{n / 1e6:.3f} M"
 
 
-def cmd_inspect(args) -> int:
+def cmd_inspect(args: argparse.Namespace) -> int:
 
     if args.model:
         content, label = _read_model(args.model), args.model
@@ -506,22 +510,25 @@ def cmd_inspect(args) -> int:
     return 0
 
 
-def _partitions(it) -> list[list[int]]:
+def _partitions(it: Interpreter) -> list[list[int]]:
     # The interpreter's execution plan holds each delegated partition as one step with a `.partition`.
     return [list(step.partition.nodes) for step in it._steps if hasattr(step, "partition")]
 
 
 def _ranges(nodes: list[int]) -> str:
+    """The nodes as sorted ranges: [0, 1, 2, 3, 7, 9, 10] -> "0-3, 7, 9-10"."""
     nodes = sorted(nodes)
-    spans, start = [], nodes[0]
-    for a, b in zip(nodes, nodes[1:] + [None]):
+    spans: list[str] = []
+    start = nodes[0]
+    for a, b in zip(nodes, [*nodes[1:], None]):
         if b != a + 1:
             spans.append(f"{start}" if start == a else f"{start}-{a}")
-            start = b
+            if b is not None:
+                start = b
     return ", ".join(spans)
 
 
-def cmd_cache(args) -> int:
+def cmd_cache(args: argparse.Namespace) -> int:
 
     directory = Path(args.directory)
     if not directory.is_dir():
@@ -546,7 +553,8 @@ def cmd_cache(args) -> int:
 
 # -- entry point ---------------------------------------------------------------------------------------------
 
-COMMANDS = {"benchmark": cmd_benchmark, "diff": cmd_diff, "inspect": cmd_inspect, "cache": cmd_cache}
+COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "benchmark": cmd_benchmark, "diff": cmd_diff, "inspect": cmd_inspect, "cache": cmd_cache}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -32,6 +32,7 @@ import logging
 import sys
 import threading
 import weakref
+from collections.abc import Callable
 from ctypes import (
     CFUNCTYPE,
     POINTER,
@@ -50,7 +51,8 @@ from ctypes import (
 )
 from dataclasses import dataclass, field
 from importlib import metadata
-from typing import TYPE_CHECKING
+from types import FrameType
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -219,9 +221,16 @@ def _tensor_type(v: int) -> int:
     return C_API_TO_SCHEMA[v]
 
 
-def _counted(values_field: str, count_field: str, attr: str):
+# A field of a params struct: (attr, ctype) read as is (bool for c_bool), or (attr, ctype, converter) read through
+# the converter, or through a reader of the whole struct when the converter is None.
+_Field = tuple[str, type[Any]] | tuple[str, type[Any], Callable[[int], int] | None]
+# An entry that computes attrs from the whole struct.
+_StructReader = Callable[[Structure], dict[str, Any]]
+
+
+def _counted(values_field: str, count_field: str, attr: str) -> _StructReader:
     """A fixed int array and its count (TfLiteReshapeParams.shape, TfLiteSqueezeParams.squeeze_dims)."""
-    def read(s: Structure) -> dict:
+    def read(s: Structure) -> dict[str, Any]:
         n = getattr(s, count_field)
         values = getattr(s, values_field)
         if not 0 <= n <= len(values):
@@ -231,15 +240,16 @@ def _counted(values_field: str, count_field: str, attr: str):
 
 
 _I, _F, _B = c_int, c_float, c_bool
-_PAD, _ACT = ("padding", _I, _padding), ("fused_activation_function", _I, _activation)
-_WINDOW = [_PAD, ("stride_w", _I), ("stride_h", _I)]
+_PAD: _Field = ("padding", _I, _padding)
+_ACT: _Field = ("fused_activation_function", _I, _activation)
+_WINDOW: list[_Field] = [_PAD, ("stride_w", _I), ("stride_h", _I)]
 
 # op -> the params struct's fields in declaration order, (attr, ctype[, converter]), with converter None for a
 # field that only a callable last entry reads (it computes attrs from the whole struct). An op listed with no
 # fields carries no parameters. An op missing from this table is one whose struct the bridge does not know: it
 # is never handed to a delegate. Fields added to a struct after those listed (quantized_bias_type of CONV_2D,
 # FULLY_CONNECTED, TRANSPOSE_CONV: no op reads it) are not read.
-OP_PARAMS: dict[str, list] = {
+OP_PARAMS: dict[str, list[_Field | _StructReader]] = {
     "CONV_2D": [*_WINDOW, _ACT, ("dilation_w_factor", _I), ("dilation_h_factor", _I)],
     "DEPTHWISE_CONV_2D": [*_WINDOW, ("depth_multiplier", _I), _ACT, ("dilation_w_factor", _I),
                           ("dilation_h_factor", _I)],
@@ -305,7 +315,7 @@ def _params_struct(op: str) -> type[Structure] | None:
 _PARAM_STRUCTS = {op: _params_struct(op) for op in OP_PARAMS}
 
 
-def read_params(op: str, address: int | None) -> dict:
+def read_params(op: str, address: int | None) -> dict[str, Any]:
     """A builtin node's attrs, from the params struct at ``address`` (node->builtin_data)."""
     struct = _PARAM_STRUCTS[op]
     if struct is None:
@@ -313,15 +323,18 @@ def read_params(op: str, address: int | None) -> dict:
     if not address:
         raise ValueError("the node has no builtin parameters")
     s = struct.from_address(address)
-    attrs: dict = {}
+    attrs: dict[str, Any] = {}
     for f in OP_PARAMS[op]:
         if callable(f):
             attrs.update(f(s))
             continue
-        if len(f) == 3 and f[2] is None:
+        if len(f) == 3:
+            convert = f[2]
+            if convert is not None:  # None: the entry's callable reads it
+                attrs[f[0]] = convert(getattr(s, f[0]))
             continue
         value = getattr(s, f[0])
-        attrs[f[0]] = f[2](value) if len(f) == 3 else (bool(value) if f[1] is c_bool else value)
+        attrs[f[0]] = bool(value) if f[1] is c_bool else value
     return attrs
 
 
@@ -351,7 +364,7 @@ def check_version(distribution: str = "ai-edge-litert") -> str:
 def _caller_distribution() -> str:
     """Which interpreter package asks for the pointer (LiteRT, tflite-runtime and TensorFlow embed different
     TFLite versions): the package of the first caller outside gpu_delegate."""
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None and str(frame.f_globals.get("__name__", "")).split(".")[0] == "gpu_delegate":
         frame = frame.f_back
     top = str(frame.f_globals.get("__name__", "")).split(".")[0] if frame is not None else ""
@@ -439,7 +452,7 @@ def _tensor(i: int, t: TensorC) -> Tensor:
     return tensor
 
 
-def _attrs(op: str, node: NodeC) -> tuple[dict, str | None]:
+def _attrs(op: str, node: NodeC) -> tuple[dict[str, Any], str | None]:
     if op not in OP_PARAMS:
         return {}, f"the LiteRT bridge has no parameter layout for {op}"
     try:
@@ -462,8 +475,8 @@ def read_graph(context: int, version: str) -> _Snapshot:
         raise LiteRtAbiError(f"{version}: the TfLiteContext claims {n_tensors} tensors at "
                              f"{ctx.tensors or 0:#x}; it is not laid out as in TFLite 2.22")
     raw_tensors = [TensorC.from_address(ctx.tensors + i * _TENSOR_SIZE) for i in range(n_tensors)]
-    for i, t in enumerate(raw_tensors):
-        _check_tensor(i, t, version)
+    for i, raw in enumerate(raw_tensors):
+        _check_tensor(i, raw, version)
     plan_ptr = c_void_p()
     if GET_EXECUTION_PLAN(ctx.GetExecutionPlan)(context, byref(plan_ptr)) != K_OK:
         raise DelegateError("GetExecutionPlan failed")
@@ -474,36 +487,37 @@ def read_graph(context: int, version: str) -> _Snapshot:
     refused: dict[int, str] = {}
     for k, index in enumerate(plan):
         node_ptr, reg_ptr = c_void_p(), c_void_p()
-        if get_node(context, index, byref(node_ptr), byref(reg_ptr)) != K_OK or not node_ptr or not reg_ptr:
+        if get_node(context, index, byref(node_ptr), byref(reg_ptr)) != K_OK or not node_ptr.value \
+                or not reg_ptr.value:
             raise DelegateError(f"GetNodeAndRegistration failed for node {index}")
-        node = NodeC.from_address(node_ptr.value)
+        node_c = NodeC.from_address(node_ptr.value)
         reg = RegistrationC.from_address(reg_ptr.value)
-        inputs = _ints(node.inputs, f"node {index} inputs", 1 << 16)
-        outputs = _ints(node.outputs, f"node {index} outputs", 1 << 16)
+        inputs = _ints(node_c.inputs, f"node {index} inputs", 1 << 16)
+        outputs = _ints(node_c.outputs, f"node {index} outputs", 1 << 16)
         if any(not -1 <= t < n_tensors for t in inputs) or any(not 0 <= t < n_tensors for t in outputs) \
                 or not 0 <= reg.builtin_code < 1 << 16:
             raise LiteRtAbiError(f"{version}: node {index} names tensors outside 0..{n_tensors - 1} or builtin code "
                                  f"{reg.builtin_code}; the TfLiteNode is not laid out as in TFLite 2.22")
         code = reg.builtin_code
         custom_options = b""
-        attrs: dict = {}
-        if node.delegate or code == BUILTIN_DELEGATE:
+        attrs: dict[str, Any] = {}
+        if node_c.delegate or code == BUILTIN_DELEGATE:
             op = reg.custom_name.decode(errors="replace") if reg.custom_name else "DELEGATE"
             refused[k] = f"already taken by delegate {op}"
         elif code == BUILTIN_CUSTOM:
             op = reg.custom_name.decode(errors="replace") if reg.custom_name else "CUSTOM"
-            if node.custom_initial_data and node.custom_initial_data_size > 0:
-                custom_options = ctypes.string_at(node.custom_initial_data, node.custom_initial_data_size)
+            if node_c.custom_initial_data and node_c.custom_initial_data_size > 0:
+                custom_options = ctypes.string_at(node_c.custom_initial_data, node_c.custom_initial_data_size)
         else:
             op = BUILTIN_OPS.get(code, f"BUILTIN_{code}")
-            attrs, why = _attrs(op, node)
+            attrs, why = _attrs(op, node_c)
             if why:
                 refused[k] = why
         nodes.append(Node(index=k, op=op, inputs=inputs, outputs=outputs, attrs=attrs, version=reg.version,
                           custom=code == BUILTIN_CUSTOM, custom_options=custom_options,
-                          intermediates=_ints(node.intermediates, f"node {index} intermediates", 1 << 16)))
+                          intermediates=_ints(node_c.intermediates, f"node {index} intermediates", 1 << 16)))
 
-    tensors = [_tensor(i, t) for i, t in enumerate(raw_tensors)]
+    tensors = [_tensor(i, raw) for i, raw in enumerate(raw_tensors)]
     for node in nodes:
         for t in (*node.inputs, *node.outputs):
             if t >= 0 and raw_tensors[t].type not in C_API_TO_NUMPY and node.index not in refused:
@@ -533,24 +547,24 @@ def _digest(graph: Graph) -> str:
 class _KernelState:
     """One delegated partition inside one interpreter: the SimpleDelegate's kernel and the tensors it touches."""
 
-    __slots__ = ("kernel", "graph", "nodes", "inputs", "outputs", "error", "shapes", "dtypes", "slots", "context",
+    __slots__ = ("kernel", "graph", "nodes", "inputs", "outputs", "shapes", "dtypes", "slots", "context",
                  "base", "words", "ptrs", "views")
 
-    def __init__(self, kernel: DelegateKernel | None, graph: Graph | None, nodes: list[int], inputs: list[int],
-                 outputs: list[int], error: BaseException | None = None):
+    def __init__(self, kernel: DelegateKernel, graph: Graph, nodes: list[int], inputs: list[int],
+                 outputs: list[int]) -> None:
         self.kernel = kernel
         self.graph = graph
         self.nodes = nodes
         self.inputs = inputs
         self.outputs = outputs
-        self.error = error
         self.shapes: dict[int, tuple[int, ...]] = {}
-        self.dtypes = {t: graph.tensors[t].dtype for t in (*inputs, *outputs)} if graph is not None else {}
+        self.dtypes = {t: graph.tensors[t].dtype for t in (*inputs, *outputs)}
         # (tensor, index of its data pointer among the tensor array's pointer-sized words)
         self.slots = [(t, t * _WORDS + _DATA_WORD) for t in (*inputs, *outputs)]
         self.context: ContextC | None = None
         self.base: int | None = None  # context->tensors when `words` was made
-        self.words = None  # the tensor array as pointer-sized words, for cheap reads of data pointers
+        # the tensor array as pointer-sized words, for cheap reads of data pointers (made at the first invoke)
+        self.words: ctypes.Array[c_void_p] = (c_void_p * 0)()
         self.ptrs: list[int | None] = []
         self.views: dict[int, np.ndarray] = {}
 
@@ -565,13 +579,14 @@ class Bridge:
     """The TfLiteDelegate of one SimpleDelegate. One object serves every interpreter the delegate is given to:
     per-interpreter state lives in the kernels TFLite creates (one per partition) and frees."""
 
-    def __init__(self, delegate: SimpleDelegate, version: str):
+    def __init__(self, delegate: SimpleDelegate, version: str) -> None:
         self._delegate = weakref.ref(delegate)
         self.version = version
         self.name = str(getattr(delegate, "name", type(delegate).__name__))
         self._lock = threading.RLock()
         self._handles = itertools.count(1)
-        self._kernels: dict[int, _KernelState] = {}
+        # per kernel handle: its state, or what its init raised (prepare reports it)
+        self._kernels: dict[int, _KernelState | BaseException] = {}
         self._preparing: dict[int, _Snapshot] = {}
         #: what the latest DelegatePrepare did: the partitions it handed over (our node indices, which are
         #: also positions in the execution plan it saw) and, per node left to the interpreter, why
@@ -622,10 +637,14 @@ class Bridge:
         finally:
             self._preparing.pop(context, None)
 
-    def _replace_nodes(self, context: int) -> None:
+    def _live_delegate(self) -> SimpleDelegate:
         delegate = self._delegate()
         if delegate is None:
             raise DelegateError("the SimpleDelegate behind this TfLiteDelegate no longer exists")
+        return delegate
+
+    def _replace_nodes(self, context: int) -> None:
+        delegate = self._live_delegate()
         snap = read_graph(context, self.version)
         graph = snap.graph
         partitions, why_not = select_partitions(delegate, graph, set(snap.refused))
@@ -646,7 +665,7 @@ class Bridge:
         log.info("%s (LiteRT): %d operations will run on the delegate in %d partition(s), the remaining %d on "
                  "LiteRT", self.name, len(wanted), len(partitions), len(graph.nodes) - len(wanted))
 
-    def _check_preview(self, ctx: ContextC, context: int, nodes, partitions: list[Partition],
+    def _check_preview(self, ctx: ContextC, context: int, nodes: ctypes.Array[c_int], partitions: list[Partition],
                        snap: _Snapshot) -> None:
         """LiteRT re-partitions the node set it is given by connectivity: say so when it would not keep ours."""
         if not ctx.PreviewDelegatePartitioning:
@@ -655,8 +674,9 @@ class Bridge:
         if PREVIEW_PARTITIONING(ctx.PreviewDelegatePartitioning)(context, ctypes.addressof(nodes), byref(array),
                                                                  byref(count)) != K_OK:
             return
+        params = cast(int, array.value)  # the TfLiteDelegateParams array: not NULL when count > 0, read only then
         theirs = sorted(sorted(snap.ours[i] for i in _ints(
-            c_void_p.from_address(array.value + k * _SIZEOF_PARAMS_ARRAY + DelegateParamsC.nodes_to_replace.offset
+            c_void_p.from_address(params + k * _SIZEOF_PARAMS_ARRAY + DelegateParamsC.nodes_to_replace.offset
                                   ).value, "preview nodes")) for k in range(count.value))
         ours = sorted(sorted(p.nodes) for p in partitions)
         if theirs != ours:
@@ -674,17 +694,16 @@ class Bridge:
             inputs = [t for t in _ints(params.input_tensors, "input_tensors")
                       if t >= 0 and graph.tensors[t].data is None]  # LiteRT lists constants too
             outputs = _ints(params.output_tensors, "output_tensors")
-            delegate = self._delegate()
-            kernel = delegate.create_kernel()
+            kernel = self._live_delegate().create_kernel()
             kernel.init(graph, nodes, inputs, outputs)
             self._kernels[handle] = _KernelState(kernel, graph, nodes, inputs, outputs)
         except BaseException as e:  # noqa: BLE001  (init cannot fail in C: prepare reports it)
-            self._kernels[handle] = _KernelState(None, None, [], [], [], error=e)
+            self._kernels[handle] = e
         return handle
 
     def _free(self, _context: int, buffer: int | None) -> None:
         st = self._kernels.pop(buffer or 0, None)
-        if st is not None and st.kernel is not None:
+        if isinstance(st, _KernelState):
             try:
                 st.kernel.free()
             except Exception as e:  # noqa: BLE001  (TFLite's free cannot fail; at exit the backend may be gone)
@@ -694,8 +713,8 @@ class Bridge:
         st = self._kernels.get(c_void_p.from_address(node + _USER_DATA_OFFSET).value or 0)
         if st is None:
             raise DelegateError("a delegate node whose kernel was never created or already freed")
-        if st.error is not None:
-            raise st.error
+        if isinstance(st, BaseException):
+            raise st
         return st
 
     def _prepare(self, context: int, node: int) -> int:
@@ -716,7 +735,7 @@ class Bridge:
     def _invoke(self, context: int, node: int) -> int:
         try:
             st = self._kernels.get(c_void_p.from_address(node + _USER_DATA_OFFSET).value or 0)
-            if st is None or st.context is None:
+            if not isinstance(st, _KernelState) or st.context is None:
                 raise DelegateError("invoke of a kernel that was not successfully prepared")
             base = st.context.tensors
             if base != st.base:  # the tensor array itself moved (tensors were added)
@@ -759,7 +778,8 @@ class Bridge:
             if n:
                 raise DelegateError(f"tensor {t} ({st.graph.tensors[t].name!r}) has no memory")
             return np.zeros(shape, dtype)
-        view = np.frombuffer((ctypes.c_char * n).from_address(ptr), dtype).reshape(shape)
+        # numpy's stubs take no ctypes array, which is a writable buffer like a bytearray
+        view = np.frombuffer((ctypes.c_char * n).from_address(ptr), dtype).reshape(shape)  # type: ignore[call-overload]
         if t in st.inputs:
             view.flags.writeable = False
         return view

@@ -7,19 +7,28 @@ import dataclasses
 import hashlib
 import logging
 import time
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from .backends.base import device_fingerprint, local_size_candidates
+from .backends.base import Backend, Buffer, Program, device_fingerprint, local_size_candidates
 from .backends.codegen import API_LANGUAGE, Arg, KernelSpec, load_kernel, render_postops
 from .cache import fingerprint, partition_parts
 from .errors import DelegateError
+from .graph import Graph
+from .lowering.context import GpuOp
 from .lowering.pipeline import build_plan
 from .lowering.plan import KernelCall, Plan
 from .ops import get_op
 from .version import __version__
 
+if TYPE_CHECKING:  # the delegate module creates runners; a runner only reads the delegate's options
+    from .gpu import GpuDelegate
+
 log = logging.getLogger("gpu_delegate")
+
+# What a kernel argument binds: ("t", plan tensor id) or ("c", const key).
+Bind = tuple[Literal["t"], int] | tuple[Literal["c"], str]
 
 # Work-group tuning stops after this long per partition (PoCL builds a work-group function per size at its
 # first launch, ~30 ms; llvmpipe compiles a shader per size, 0.2-1.5 s); the kernels it did not reach keep
@@ -28,7 +37,7 @@ TUNE_SECONDS = 20.0
 
 
 def kernel_spec(call: KernelCall, plan: Plan, precision: str,
-                api: str | None = None) -> tuple[KernelSpec, list[tuple[str, int | str]]]:
+                api: str | None = None) -> tuple[KernelSpec, list[Bind]]:
     """The KernelSpec of a call and, in argument order, what each argument binds: ("t", tensor) or
     ("c", const key). With ``api``, the call's own kernel for that API, if it has one, runs instead."""
     language = API_LANGUAGE.get(api) if api else None
@@ -36,7 +45,7 @@ def kernel_spec(call: KernelCall, plan: Plan, precision: str,
     file_helpers, body = load_kernel(name, source_language)
     helpers = call.helpers + file_helpers
     args: list[Arg] = []
-    binds: list[tuple[str, int | str]] = []
+    binds: list[Bind] = []
     for name, t in call.inputs.items():
         args.append(Arg(name, "in", plan.tensors[t]))
         binds.append(("t", t))
@@ -63,24 +72,31 @@ def kernel_spec(call: KernelCall, plan: Plan, precision: str,
 
 
 class PlanRunner:
-    def __init__(self, backend, plan: Plan, precision: str):
+    def __init__(self, backend: Backend, plan: Plan, precision: str) -> None:
         self.backend = backend
         self.plan = plan
         self.precision = precision
         self.timings: dict[str, float] = {}
-        self.buffers: list = []
-        self.const_buffers: dict = {}
-        self.calls: list = []
-        self.bound: list = []
+        self.buffers: list[Buffer] = []  # per memory-plan slot
+        self.const_buffers: dict[str, Buffer] = {}
+        # per kernel call of the plan (compile): its program, what its arguments bind, its source digest
+        self.programs: list[Program] = []
+        self.binds: list[list[Bind]] = []
+        self.digests: list[str] = []
+        self.by_digest: dict[str, Program] = {}
+        self.calls: list[tuple[Program, list[Buffer]]] = []
+        self.bound: list[Any] = []  # Backend.bind of calls
 
     @classmethod
-    def create(cls, delegate, graph, nodes, inputs, outputs, shapes) -> PlanRunner:
+    def create(cls, delegate: GpuDelegate, graph: Graph, nodes: list[int], inputs: list[int], outputs: list[int],
+               shapes: dict[int, tuple[int, ...]]) -> PlanRunner:
         """Build (or load from the serialization cache), compile and allocate the plan of a partition."""
         backend = delegate.backend
+        assert backend is not None, "a delegate without a backend takes no partition"
         precision = "fp16" if delegate.precision_loss_allowed else "fp32"
         quantized = delegate.enable_quantized_inference
         t0 = time.perf_counter()
-        cache, path, cached = delegate.cache, None, None
+        cache, cached = delegate.cache, None
         device = device_fingerprint(backend.device_info())
         if cache is not None:
             fp = fingerprint([__version__, backend.name, device, precision, quantized,
@@ -91,8 +107,8 @@ class PlanRunner:
             plan, binaries = cached
         else:
             device_type = backend.device_info().get("device_type", "gpu")
-            ops = {n: get_op(graph.nodes[n].op) for n in nodes}
-            plan = build_plan(graph, nodes, inputs, outputs, shapes, ops, quantized=quantized, device_type=device_type)
+            plan = build_plan(graph, nodes, inputs, outputs, shapes, _op_classes(graph, nodes), quantized=quantized,
+                              device_type=device_type)
             binaries = {}
         runner = cls(backend, plan, precision)
         runner.timings["plan_s"] = time.perf_counter() - t0
@@ -116,14 +132,13 @@ class PlanRunner:
         self.programs = []
         self.binds = []
         self.digests = []
-        self.by_digest: dict[str, object] = {}
+        self.by_digest = {}
         compiled_any = False
         for call in self.plan.kernels:
             spec, binds = kernel_spec(call, self.plan, self.precision, self.backend.name)
             digest = hashlib.sha256(self.backend.source(spec, self.backend.local_size(spec)).encode()).hexdigest()
             program = self.by_digest.get(digest)
             if program is None:
-                program = None
                 if digest in binaries:
                     try:
                         program = self.backend.compile(spec, binary=binaries[digest])
@@ -170,7 +185,7 @@ class PlanRunner:
         self.bind()
         self.timings["tune_s"] = time.perf_counter() - t0
 
-    def _time(self, program, buffers, repeats: int = 3) -> float:
+    def _time(self, program: Program, buffers: list[Buffer], repeats: int = 3) -> float:
         """The fastest of ``repeats`` launches, after one that warms the driver up."""
         bound = self.backend.bind([(program, buffers)])
         self.backend.dispatch_bound(bound)
@@ -184,7 +199,7 @@ class PlanRunner:
         return best
 
     def binaries(self) -> dict[str, bytes]:
-        out = {}
+        out: dict[str, bytes] = {}
         for digest, program in self.by_digest.items():
             try:
                 out[digest] = self.backend.program_binary(program)
@@ -202,15 +217,17 @@ class PlanRunner:
         self.bind()
 
     def bind(self) -> None:
-        plan = self.plan
         self.calls = []
         for program, binds in zip(self.programs, self.binds):
-            bufs = [self.const_buffers[ref] if kind == "c" else self.buffers[plan.buffer_of[plan.storage(ref)]]
-                    for kind, ref in binds]
-            self.calls.append((program, bufs))
+            self.calls.append((program, [self._bound_buffer(b) for b in binds]))
         self.bound = self.backend.bind(self.calls)
 
-    def tensor_buffer(self, t: int):
+    def _bound_buffer(self, bind: Bind) -> Buffer:
+        if bind[0] == "c":
+            return self.const_buffers[bind[1]]
+        return self.tensor_buffer(bind[1])
+
+    def tensor_buffer(self, t: int) -> Buffer:
         return self.buffers[self.plan.buffer_of[self.plan.storage(t)]]
 
     def run(self, feeds: dict[int, np.ndarray], codes: dict[int, tuple[float, int]] | None = None
@@ -228,3 +245,11 @@ class PlanRunner:
             self.backend.free(buf)
         self.buffers, self.const_buffers, self.calls, self.bound = [], {}, [], []
 
+
+def _op_classes(graph: Graph, nodes: list[int]) -> dict[int, GpuOp]:
+    ops: dict[int, GpuOp] = {}
+    for n in nodes:
+        op = get_op(graph.nodes[n].op)
+        assert op is not None, f"{graph.nodes[n]}: the delegate took a node whose op is not registered"
+        ops[n] = op
+    return ops

@@ -10,6 +10,7 @@ import pytest
 
 import gpu_delegate as gd
 from gpu_delegate.backends import Arg, KernelSpec, choose_local_size, create_backend, opencl, opengl
+from gpu_delegate.backends.base import DeviceInfo
 from gpu_delegate.backends.codegen import literal
 
 KINDS = ["cl", "gl"]
@@ -267,8 +268,11 @@ def test_bad_specs_are_refused():
         KernelSpec("a__b", "", [], (1, 1, 1))
     with pytest.raises(ValueError, match="clashes"):
         KernelSpec("k", "", [Arg("x", "in", (1, 1, 1, 4))], (1, 1, 1), defines={"x_S": 2})
-    with pytest.raises(ValueError, match="grid"):
+    with pytest.raises(ValueError, match=r"kernel k: grid \(0, 1, 1\) must be 3 positive sizes"):
         KernelSpec("k", "", [], (0, 1, 1))
+    with pytest.raises(ValueError, match=r"kernel k: local_size \(4, 4\) must be 3 positive sizes"):
+        KernelSpec("k", "", [], (8, 8, 1), local_size=[4, 4])
+    assert KernelSpec("k", "", [], [np.int64(8), 8, 1], local_size=[4, 4, 1]).local_size == (4, 4, 1)
 
 
 def test_wrong_buffers_are_refused(backend):
@@ -362,6 +366,13 @@ def test_device_info(backend):
     for key in ("name", "vendor", "driver_version", "max_work_group_size", "max_work_group_dims", "has_fp16"):
         assert key in info
     assert backend.device_info() == info
+    # what backends.base.DeviceInfo declares: every required key, nothing undeclared
+    declared = DeviceInfo.__required_keys__ | DeviceInfo.__optional_keys__
+    assert DeviceInfo.__required_keys__ <= info.keys() <= declared, sorted(info.keys() ^ declared)
+
+
+def test_every_gl_entry_point_is_declared():
+    assert set(opengl._GLFunctions.__annotations__) == {name.removeprefix("gl") for name in opengl._SIGNATURES}
 
 
 def test_opencl_build_options_keep_ieee_numerics():

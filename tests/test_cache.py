@@ -17,6 +17,7 @@ import pytest
 
 import gpu_delegate as gd
 from gpu_delegate import cache as cache_mod
+from gpu_delegate.lowering.plan import KernelCall, Plan, PostOp
 from gpu_delegate.tflite import ModelBuilder
 
 from .reference import assert_float_close, run, run_litert
@@ -208,3 +209,41 @@ def test_cache_command_lists_and_clears(tmp_path):
     assert clear.returncode == 0 and files(tmp_path) == []
     bad = subprocess.run([*cli, "ls", str(tmp_path / "missing")], capture_output=True, text=True, timeout=120)
     assert bad.returncode != 0 and "not a directory" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def _small_plan() -> Plan:
+    relu = PostOp("expr", "max(a, SPLAT(0.0f))")
+    bias = PostOp("expr", "a + b", operand="channel", source="b")
+    call = KernelCall("add", 0, {"a": 0, "b": 1}, {"dst": 2}, {}, {"N": 3, "S": 0.5}, (2, 3, 1),
+                      postops=[relu, bias], local_size=(2, 1, 1))
+    return Plan(tensors={0: (1, 3, 2, 5), 1: (1, 3, 2, 5), 2: (1, 3, 2, 5)},
+                consts={"b": np.arange(8, dtype=np.float32).reshape(2, 4)}, kernels=[call], inputs=[0, 1],
+                outputs=[2], aliases={2: 0}, buffer_of={0: 0, 1: 1}, buffer_sizes=[12, 12], nodes=[0],
+                notes=["fused RELU"], tuned=True)
+
+
+def test_store_then_load_gives_the_same_plan_and_binaries(tmp_path):
+    cache = cache_mod.Cache.open(tmp_path, "tok")
+    path = cache.path("f" * 24, "")
+    plan = _small_plan()
+    assert cache.store(path, "device-1", "cl", plan, {"abc": b"\x00\x01binary"})
+    loaded = cache.load(path, "device-1")
+    assert loaded is not None and cache.hits == 1
+    got, binaries = loaded
+    assert binaries == {"abc": b"\x00\x01binary"}
+    np.testing.assert_array_equal(got.consts["b"], plan.consts["b"])
+    got.consts, plan.consts = {}, {}
+    assert got == plan  # tuples stay tuples, tensor ids stay ints
+
+
+def test_load_returns_none_for_a_missing_or_refused_file(tmp_path, caplog):
+    cache = cache_mod.Cache.open(tmp_path, "tok")
+    path = cache.path("f" * 24, "")
+    assert cache.load(path, "device-1") is None and cache.misses == 1
+    assert cache.store(path, "device-1", "cl", _small_plan(), {})
+    with caplog.at_level(logging.WARNING, logger="gpu_delegate"):
+        assert cache.load(path, "device-2") is None
+        path.write_bytes(b"\x00" * 64)
+        assert cache.load(path, "device-1") is None
+    assert cache.rejected == 2 and cache.hits == 0
+    assert "was written for another device" in caplog.text and "is not a gpu_delegate cache file" in caplog.text

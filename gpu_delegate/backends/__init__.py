@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..errors import DelegateError
-from .base import Backend, Buffer, Program, choose_local_size, device_fingerprint
+from .base import Backend, Buffer, DeviceInfo, Program, choose_local_size, device_fingerprint
 from .codegen import Arg, KernelSpec, load_kernel
 
 BACKENDS = ("cl", "gl")
@@ -24,7 +24,7 @@ def create_backend(kind: str = "auto", profile: bool = False) -> Backend:
         return GLBackend(profile)
     if kind != "auto":
         raise ValueError(f"unknown GPU backend {kind!r}: use 'auto', 'cl' or 'gl'")
-    reasons = []
+    reasons: list[str] = []
     for k in BACKENDS:
         try:
             return create_backend(k, profile)
@@ -38,6 +38,7 @@ __all__ = [
     "Arg",
     "Backend",
     "Buffer",
+    "DeviceInfo",
     "KernelSpec",
     "Program",
     "choose_local_size",

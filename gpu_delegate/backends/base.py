@@ -11,24 +11,48 @@ import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypedDict, TypeVar
 
 import numpy as np
 
 from .. import phwc4
 from ..cpu.quant import dequantize
 from ..errors import DelegateError
-from ..phwc4 import from_rows, vec4_count
+from ..phwc4 import BHWC, from_rows, vec4_count
 from . import codegen
 from .codegen import Arg, KernelSpec
 
 T = TypeVar("T")
 # from_device reorders outputs of at most this many vec4 on the host instead of in a conversion kernel
 HOST_REORDER_VEC4 = 4096
-_STORAGE = {"fp32": np.dtype(np.float32), "fp16": np.dtype(np.float16)}
+_STORAGE: dict[str, np.dtype] = {"fp32": np.dtype(np.float32), "fp16": np.dtype(np.float16)}
 # program_binary() output: magic, sha256 of (source, build options, device fingerprint), sha256 of the
 # payload, payload. A driver never sees a payload that fails either check.
 _BINARY_MAGIC = b"GDPB\x01"
+
+
+class _ApiDeviceInfo(TypedDict, total=False):
+    platform: str  # OpenCL: the platform's name and version
+    program_binary_formats: int  # OpenGL: GL_NUM_PROGRAM_BINARY_FORMATS (0: no program binaries)
+
+
+class DeviceInfo(_ApiDeviceInfo):
+    """What ``Backend.device_info()`` says about the device: JSON-serializable, it feeds cache fingerprints."""
+
+    api: str  # "OpenCL" or "OpenGL"
+    api_version: str
+    name: str
+    vendor: str
+    driver_version: str
+    device_type: str  # "cpu", "gpu" or "other"
+    compute_units: int
+    max_work_group_size: int
+    max_work_group_dims: tuple[int, ...]  # per dimension, x y z
+    preferred_work_group_size: int
+    max_dispatch_groups: tuple[int, ...]  # work groups per dispatch, per dimension
+    max_buffers: int  # buffers one kernel may bind
+    max_buffer_bytes: int
+    has_fp16: bool  # native half arithmetic (fp16 *storage* works everywhere)
 
 
 @dataclass(eq=False)
@@ -75,7 +99,7 @@ class Program:
         return f"<{backend.name if backend else '?'} program {self.name} grid={self.spec.grid} local={self.local_size}>"
 
 
-def choose_local_size(grid: tuple[int, int, int], info: dict) -> tuple[int, int, int]:
+def choose_local_size(grid: tuple[int, int, int], info: DeviceInfo) -> tuple[int, int, int]:
     """The work-group size for ``grid`` on a device described by ``info`` (Backend.device_info()).
 
     Powers of two filled x first (consecutive x share weights and vectorize: PoCL turns a work group's
@@ -100,13 +124,13 @@ def choose_local_size(grid: tuple[int, int, int], info: dict) -> tuple[int, int,
     for d in (2, 1, 0):
         while local[d] > 1 and groups() < min_groups:
             local[d] //= 2
-    return tuple(local)
+    return local[0], local[1], local[2]
 
 
 TUNING_SHAPES = ((1, 1, 1), (4, 1, 1), (16, 1, 1), (64, 1, 1), (8, 8, 1), (4, 4, 4))
 
 
-def local_size_candidates(grid: tuple[int, int, int], info: dict, limit: int | None = None
+def local_size_candidates(grid: tuple[int, int, int], info: DeviceInfo, limit: int | None = None
                           ) -> list[tuple[int, int, int]]:
     """At most ``limit`` work-group sizes worth timing for ``grid`` (the rule's choice first): a few 1-D,
     2-D and 3-D shapes within the device's limits and no wider than twice the grid along any dimension."""
@@ -126,7 +150,7 @@ def numbered(source: str) -> str:
     return "\n".join(f"{i:4d}  {line}" for i, line in enumerate(source.splitlines(), 1))
 
 
-def device_fingerprint(info: dict) -> str:
+def device_fingerprint(info: DeviceInfo) -> str:
     """A stable hash of a device description: changes with the device, the driver and their limits."""
     return hashlib.sha256(json.dumps(info, sort_keys=True, default=str).encode()).hexdigest()
 
@@ -159,18 +183,17 @@ class Backend(ABC):
         self._live = 0
         _instances.add(self)
         self._timings: list[tuple[str, Any]] = []
-        self._programs: dict[tuple[bytes, str], Program] = {}
-        self._convert: dict[tuple, Program] = {}
+        # (source digest, kernel name, work-group size) -> program
+        self._programs: dict[tuple[bytes, str, tuple[int, int, int]], Program] = {}
+        # (conversion kernel, shape, precisions and what else its source depends on) -> program
+        self._convert: dict[tuple[object, ...], Program] = {}
         self._staging: dict[tuple[int, str], Buffer] = {}
 
     # -- per-API primitives ------------------------------------------------------------------------------
 
     @abstractmethod
-    def device_info(self) -> dict:
-        """Device name, vendor, driver version, API version, device_type, compute_units,
-        max_work_group_size, max_work_group_dims, preferred_work_group_size, max_dispatch_groups,
-        max_buffers, max_buffer_bytes, has_fp16 (native half arithmetic; fp16 *storage* works
-        everywhere). JSON-serializable: it feeds cache fingerprints."""
+    def device_info(self) -> DeviceInfo:
+        """The device, its driver and its limits (a new dict each call)."""
 
     @abstractmethod
     def source(self, spec: KernelSpec, local_size: tuple[int, int, int]) -> str:
@@ -417,18 +440,18 @@ class Backend(ABC):
         raw_precision = "fp16" if dtype == np.float16 else "fp32"
         return self._on_device(self._convert_out, tensor, shape, raw_precision)
 
-    def _convert_in(self, array: np.ndarray, tensor: Buffer, shape: tuple, raw_precision: str) -> None:
+    def _convert_in(self, array: np.ndarray, tensor: Buffer, shape: BHWC, raw_precision: str) -> None:
         program = self._conversion("convert_to_phwc4", shape, tensor.precision, raw_precision)
         raw = self._staging_buffer(math.ceil(math.prod(shape) / 4), raw_precision)
         self.upload(raw, array)
         self.dispatch_all([(program, [raw, tensor])])
 
-    def _convert_in_codes(self, codes: np.ndarray, tensor: Buffer, shape: tuple, scale: float,
+    def _convert_in_codes(self, codes: np.ndarray, tensor: Buffer, shape: BHWC, scale: float,
                           zero_point: int) -> None:
         """to_device of quantized codes; a backend with a kernel for it overrides this."""
         self._convert_in(dequantize(codes, scale, zero_point), tensor, shape, "fp32")
 
-    def _convert_out(self, tensor: Buffer, shape: tuple, raw_precision: str) -> np.ndarray:
+    def _convert_out(self, tensor: Buffer, shape: BHWC, raw_precision: str) -> np.ndarray:
         program = self._conversion("convert_from_phwc4", shape, tensor.precision, raw_precision)
         n = math.prod(shape)
         raw = self._staging_buffer(math.ceil(n / 4), raw_precision)
@@ -442,7 +465,7 @@ class Backend(ABC):
             self._staging[key] = self.alloc(n_vec4, precision)
         return self._staging[key]
 
-    def _conversion(self, kernel: str, shape: tuple, precision: str, raw_precision: str) -> Program:
+    def _conversion(self, kernel: str, shape: BHWC, precision: str, raw_precision: str) -> Program:
         key = (kernel, shape, precision, raw_precision)
         if key not in self._convert:
             self._convert[key] = self.compile(conversion_spec(kernel, shape, precision, raw_precision))
@@ -483,5 +506,5 @@ def conversion_spec(kernel: str, shape: tuple[int, int, int, int], precision: st
     return KernelSpec(kernel, body, args, grid, defines, helpers=helpers, precision=precision)
 
 
-__all__ = ["Backend", "Buffer", "Program", "choose_local_size", "conversion_spec", "device_fingerprint",
+__all__ = ["Backend", "Buffer", "DeviceInfo", "Program", "choose_local_size", "conversion_spec", "device_fingerprint",
            "local_size_candidates", "live_backends", "live_buffers"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -107,13 +108,9 @@ class KernelSpec:
         _check_name(self.name, "kernel name")
         if self.precision not in PRECISIONS:
             raise ValueError(f"kernel {self.name}: precision {self.precision!r} is not one of {PRECISIONS}")
-        self.grid = tuple(int(g) for g in self.grid)
-        if len(self.grid) != 3 or min(self.grid) < 1:
-            raise ValueError(f"kernel {self.name}: grid {self.grid} must be 3 positive sizes")
+        self.grid = _three_sizes(self.grid, f"kernel {self.name}: grid")
         if self.local_size is not None:
-            self.local_size = tuple(int(g) for g in self.local_size)
-            if len(self.local_size) != 3 or min(self.local_size) < 1:
-                raise ValueError(f"kernel {self.name}: local_size {self.local_size} must be 3 positive sizes")
+            self.local_size = _three_sizes(self.local_size, f"kernel {self.name}: local_size")
         taken = set(_RESERVED)
         for a in self.args:
             generated = {a.name + "_buf"} | {a.name + sfx for sfx in _ARG_SUFFIXES}
@@ -127,6 +124,14 @@ class KernelSpec:
 
     def arg_precision(self, arg: Arg) -> str:
         return arg.precision or self.precision
+
+
+def _three_sizes(values: Iterable[int], what: str) -> tuple[int, int, int]:
+    """``values`` (any sequence of ints: a list from JSON, numpy ints) as a tuple of 3 positive Python ints."""
+    sizes = tuple(int(v) for v in values)
+    if len(sizes) != 3 or min(sizes) < 1:
+        raise ValueError(f"{what} {sizes} must be 3 positive sizes")
+    return sizes
 
 
 _ARG_SUFFIXES = ("_B", "_H", "_W", "_C", "_S", "_idx", "_read", "_read1", "_read16", "_write", "_store", "_finish",

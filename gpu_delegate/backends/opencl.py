@@ -18,8 +18,9 @@ import numpy as np
 import pyopencl as cl
 
 from ..errors import DelegateError
+from ..phwc4 import BHWC
 from . import codegen
-from .base import Backend, Buffer, Program, conversion_spec, numbered
+from .base import Backend, Buffer, DeviceInfo, Program, conversion_spec, numbered
 from .codegen import KernelSpec
 
 T = TypeVar("T")
@@ -39,13 +40,14 @@ def open_device() -> tuple[cl.Context, cl.Device]:
     """The process's OpenCL context and device, created once: a GPU if there is one, else the first device."""
     global _context, _context_error
     with _lock:
-        if _context is None and _context_error is None:
+        if _context_error is not None:
+            raise _context_error
+        if _context is None:
             try:
                 _context = _make_context()
             except DelegateError as e:
                 _context_error = e
-        if _context_error is not None:
-            raise _context_error
+                raise
         return _context
 
 
@@ -77,7 +79,8 @@ class OpenCLBackend(Backend):
         super().__init__(profile)
         self.context, self.device = open_device()
         props = cl.command_queue_properties.PROFILING_ENABLE if profile else 0
-        self.queue = cl.CommandQueue(self.context, self.device, properties=props)
+        # pyopencl's stub types the properties as its enum, whose members are plain ints at run time (no zero)
+        self.queue = cl.CommandQueue(self.context, self.device, properties=props)  # type: ignore[arg-type]
         # pyopencl sets a kernel's arguments and enqueues it in two calls: one thread at a time
         self._mutex = threading.RLock()
         self._info = self._describe()
@@ -86,7 +89,7 @@ class OpenCLBackend(Backend):
         with self._mutex:
             return fn(*args)
 
-    def _describe(self) -> dict:
+    def _describe(self) -> DeviceInfo:
         d = self.device
         cpu = bool(d.type & cl.device_type.CPU)
         return {
@@ -104,8 +107,8 @@ class OpenCLBackend(Backend):
             "has_fp16": "cl_khr_fp16" in d.extensions.split(),
         }
 
-    def device_info(self) -> dict:
-        return dict(self._info)
+    def device_info(self) -> DeviceInfo:
+        return self._info.copy()
 
     @property
     def build_options(self) -> str:
@@ -135,7 +138,7 @@ class OpenCLBackend(Backend):
     def _alloc(self, nbytes: int) -> Any:
         try:
             buf = cl.Buffer(self.context, cl.mem_flags.READ_WRITE, nbytes)
-            cl.enqueue_fill_buffer(self.queue, buf, np.uint8(0), 0, nbytes)
+            cl.enqueue_fill_buffer(self.queue, buf, np.zeros(1, np.uint8), 0, nbytes)
         except cl.Error as e:
             raise DelegateError(f"OpenCL: cannot allocate {nbytes} bytes: {e}") from e
         return buf
@@ -175,7 +178,7 @@ class OpenCLBackend(Backend):
     def _bound_name(self, call: Any) -> str:
         return call[0]
 
-    def _convert_in_codes(self, codes: np.ndarray, tensor: Buffer, shape: tuple, scale: float,
+    def _convert_in_codes(self, codes: np.ndarray, tensor: Buffer, shape: BHWC, scale: float,
                           zero_point: int) -> None:
         # the codes go up as raw bytes (a float4 staging buffer of a quarter of the vec4s) and
         # kernels/opencl/convert_codes_to_phwc4.cl reads them as chars

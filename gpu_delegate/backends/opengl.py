@@ -32,7 +32,7 @@ import numpy as np
 
 from ..errors import DelegateError
 from . import codegen
-from .base import Backend, Buffer, Program, numbered
+from .base import Backend, Buffer, DeviceInfo, Program, numbered
 from .codegen import KernelSpec
 
 T = TypeVar("T")
@@ -70,8 +70,8 @@ void main() { probe_v[0] = texelFetch(probe_buf, 0); }
 
 _u, _i, _p = ctypes.c_uint, ctypes.c_int, ctypes.c_void_p
 _ip = ctypes.POINTER(ctypes.c_int)
-# name: (return type, argument types)
-_SIGNATURES = {
+# name: (ctypes return type, ctypes argument types)
+_SIGNATURES: dict[str, tuple[type[Any] | None, list[type[Any]]]] = {
     "glCreateShader": (_u, [_u]),
     "glShaderSource": (None, [_u, _i, ctypes.POINTER(ctypes.c_char_p), _ip]),
     "glCompileShader": (None, [_u]),
@@ -106,8 +106,45 @@ _SIGNATURES = {
 }
 
 
+# A backend's GL objects: programs, buffers (moderngl), buffer name -> its buffer texture
+_GLObjects = tuple[set[int], set[Any], dict[int, int]]
+
+
 class _GLFunctions:
-    """The raw GL entry points, resolved once the context is current."""
+    """The raw GL entry points, resolved once the context is current: one attribute per _SIGNATURES entry,
+    named without the "gl" prefix (ctypes function pointers)."""
+
+    CreateShader: Callable[..., int]
+    ShaderSource: Callable[..., None]
+    CompileShader: Callable[..., None]
+    GetShaderiv: Callable[..., None]
+    GetShaderInfoLog: Callable[..., None]
+    DeleteShader: Callable[..., None]
+    CreateProgram: Callable[..., int]
+    ProgramParameteri: Callable[..., None]
+    AttachShader: Callable[..., None]
+    DetachShader: Callable[..., None]
+    LinkProgram: Callable[..., None]
+    GetProgramiv: Callable[..., None]
+    GetProgramInfoLog: Callable[..., None]
+    DeleteProgram: Callable[..., None]
+    GetProgramBinary: Callable[..., None]
+    ProgramBinary: Callable[..., None]
+    GetIntegerv: Callable[..., None]
+    UseProgram: Callable[..., None]
+    BindBufferBase: Callable[..., None]
+    DispatchCompute: Callable[..., None]
+    MemoryBarrier: Callable[..., None]
+    GenQueries: Callable[..., None]
+    DeleteQueries: Callable[..., None]
+    BeginQuery: Callable[..., None]
+    EndQuery: Callable[..., None]
+    GetQueryObjectui64v: Callable[..., None]
+    GenTextures: Callable[..., None]
+    DeleteTextures: Callable[..., None]
+    ActiveTexture: Callable[..., None]
+    BindTexture: Callable[..., None]
+    TexBuffer: Callable[..., None]
 
     def __init__(self) -> None:
         name = ctypes.util.find_library("EGL") or "libEGL.so.1"
@@ -133,7 +170,7 @@ class _GLFunctions:
         self.GetProgramiv(program, pname, v)
         return list(v)
 
-    def info_log(self, getter: Callable, obj: int, iv: Callable) -> str:
+    def info_log(self, getter: Callable[..., None], obj: int, iv: Callable[..., None]) -> str:
         n = ctypes.c_int()
         iv(obj, GL_INFO_LOG_LENGTH, ctypes.byref(n))
         log = ctypes.create_string_buffer(max(n.value, 1))
@@ -147,7 +184,7 @@ class _Runtime:
     def __init__(self) -> None:
         # GL objects of collected backends, deleted on the GL thread at its next task. A queue because the
         # garbage collector may run a finalizer anywhere, even inside executor.submit holding its lock.
-        self.pending: queue.SimpleQueue = queue.SimpleQueue()
+        self.pending: queue.SimpleQueue[_GLObjects] = queue.SimpleQueue()
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gpu_delegate-gl")
         try:
             self.executor.submit(self._start).result()
@@ -162,7 +199,8 @@ class _Runtime:
         except ImportError as e:
             raise DelegateError(f"OpenGL: moderngl is not installed ({e})") from e
         try:
-            self.ctx = moderngl.create_context(standalone=True, backend="egl", require=430)
+            # moderngl-stubs type **settings as Dict[str, Any] (each value a dict); backend takes a name
+            self.ctx = moderngl.create_context(standalone=True, backend="egl", require=430)  # type: ignore[arg-type]
         except Exception as e:
             raise DelegateError(f"OpenGL: EGL context creation failed (need GL 4.3 for compute shaders): {e}") from e
         if self.ctx.version_code < 430:
@@ -217,13 +255,14 @@ def open_context() -> _Runtime:
     """The process's GL context (created once, on its own thread)."""
     global _runtime, _runtime_error
     with _lock:
-        if _runtime is None and _runtime_error is None:
+        if _runtime_error is not None:
+            raise _runtime_error
+        if _runtime is None:
             try:
                 _runtime = _Runtime()
             except DelegateError as e:
                 _runtime_error = e
-        if _runtime_error is not None:
-            raise _runtime_error
+                raise
         return _runtime
 
 
@@ -265,7 +304,7 @@ class GLBackend(Backend):
     def _on_device(self, fn: Callable[..., T], *args: Any) -> T:
         return self.runtime.call(fn, *args)
 
-    def _describe(self) -> dict:
+    def _describe(self) -> DeviceInfo:
         info = self.runtime.info
         renderer = info["GL_RENDERER"]
         cpu = any(s in renderer.lower() for s in ("llvmpipe", "softpipe", "swrast"))
@@ -286,8 +325,8 @@ class GLBackend(Backend):
             "program_binary_formats": self.runtime.binary_formats,
         }
 
-    def device_info(self) -> dict:
-        return dict(self._info)
+    def device_info(self) -> DeviceInfo:
+        return self._info.copy()
 
     @property
     def live_buffers(self) -> int:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import hashlib
 import struct
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import tflite
@@ -42,20 +44,22 @@ def read_model(content: bytes | bytearray | memoryview, source: str = "model") -
 
 
 class _Reader:
-    def __init__(self, buf: bytes | bytearray, source: str):
+    """Reads one model; the flatbuffer objects of the generated `tflite` classes are untyped (Any)."""
+
+    def __init__(self, buf: bytes | bytearray, source: str) -> None:
         self.buf = buf
         self.source = source
 
     def fail(self, what: str) -> ModelError:
         return ModelError(f"{self.source}: {what}")
 
-    def count(self, obj, field: str, elem_size: int = 4) -> int:
+    def count(self, obj: Any, field: str, elem_size: int = 4) -> int:
         n = getattr(obj, f"{field}Length")()
         if n < 0 or n * elem_size > len(self.buf):
             raise self.fail(f"{type(obj).__name__}.{field} claims {n} entries, more than the file can hold")
         return n
 
-    def ints(self, obj, field: str) -> list[int]:
+    def ints(self, obj: Any, field: str) -> list[int]:
         n = self.count(obj, field)
         return [int(v) for v in getattr(obj, f"{field}AsNumpy")()] if n else []
 
@@ -67,15 +71,15 @@ class _Reader:
         if n_sub == 0:
             raise self.fail("the model has no subgraph")
         subgraphs = [self.subgraph(m.Subgraphs(i), i) for i in range(n_sub)]
-        signatures = []
+        signatures: list[Signature] = []
         for i in range(self.count(m, "SignatureDefs")):
             s = m.SignatureDefs(i)
             sg = s.SubgraphIndex()
             if not 0 <= sg < n_sub:
                 raise self.fail(f"signature {i} names subgraph {sg}, the model has {n_sub}")
-            maps = []
+            maps: list[dict[str, int]] = []
             for field in ("Inputs", "Outputs"):
-                d = {}
+                d: dict[str, int] = {}
                 for j in range(self.count(s, field)):
                     tm = getattr(s, field)(j)
                     t = tm.TensorIndex()
@@ -87,7 +91,7 @@ class _Reader:
         desc = (m.Description() or b"").decode(errors="replace")
         return Model(subgraphs, signatures, version=m.Version(), description=desc)
 
-    def opcode(self, oc, i: int) -> tuple[str, bool, int]:
+    def opcode(self, oc: Any, i: int) -> tuple[str, bool, int]:
         code = max(oc.BuiltinCode(), oc.DeprecatedBuiltinCode())
         if code == 32:  # CUSTOM
             name = (oc.CustomCode() or b"").decode(errors="replace")
@@ -98,7 +102,7 @@ class _Reader:
             raise self.fail(f"operator code {i} has unknown builtin code {code}")
         return BUILTIN_OPS[code], False, oc.Version()
 
-    def subgraph(self, sg, si: int) -> Graph:
+    def subgraph(self, sg: Any, si: int) -> Graph:
         tensors = [self.tensor(sg.Tensors(i), i) for i in range(self.count(sg, "Tensors"))]
         nt = len(tensors)
 
@@ -110,7 +114,7 @@ class _Reader:
 
         inputs = check(self.ints(sg, "Inputs"), "graph input", False)
         outputs = check(self.ints(sg, "Outputs"), "graph output", False)
-        nodes = []
+        nodes: list[Node] = []
         for i in range(self.count(sg, "Operators")):
             op = sg.Operators(i)
             idx = op.OpcodeIndex()
@@ -129,12 +133,13 @@ class _Reader:
             nodes.append(node)
         return Graph(tensors, nodes, inputs, outputs, name=(sg.Name() or b"").decode(errors="replace"))
 
-    def options(self, op, op_name: str, i: int) -> dict:
+    def options(self, op: Any, op_name: str, i: int) -> dict[str, Any]:
         """The op's options from either union (builtin_options, or builtin_options_2 for StableHLO ops)."""
         return {**self.options_table(op.BuiltinOptionsType(), op.BuiltinOptions, OPTIONS_TYPES, op_name, i),
                 **self.options_table(op.BuiltinOptions2Type(), op.BuiltinOptions2, OPTIONS2_TYPES, op_name, i)}
 
-    def options_table(self, type_code: int, get_table, types: dict[int, str], op_name: str, i: int) -> dict:
+    def options_table(self, type_code: int, get_table: Callable[[], Any], types: dict[int, str], op_name: str,
+                      i: int) -> dict[str, Any]:
         if type_code == 0:
             return {}
         type_name = types.get(type_code)
@@ -145,7 +150,7 @@ class _Reader:
             return {}
         obj = getattr(options_module(type_name), type_name)()
         obj.Init(table.Bytes, table.Pos)
-        attrs: dict[str, object] = {}
+        attrs: dict[str, Any] = {}
         for snake, getter, is_vector in options_fields(type_name):
             if is_vector:
                 self.count(obj, getter)
@@ -157,7 +162,7 @@ class _Reader:
                     attrs[snake] = value
         return attrs
 
-    def tensor(self, t, i: int) -> Tensor:
+    def tensor(self, t: Any, i: int) -> Tensor:
         name = (t.Name() or b"").decode(errors="replace")
         label = f"tensor {i} ({name!r})"
         shape = tuple(self.ints(t, "Shape"))
@@ -225,7 +230,7 @@ class _Reader:
             arr = raw.copy().view(tensor.dtype)
         return arr.reshape(tensor.shape)
 
-    def quantization(self, q, label: str, shape: tuple[int, ...]) -> Quantization | None:
+    def quantization(self, q: Any, label: str, shape: tuple[int, ...]) -> Quantization | None:
         if q is None:
             return None
         ns, nz = self.count(q, "Scale"), self.count(q, "ZeroPoint", 8)
@@ -243,11 +248,11 @@ class _Reader:
             raise self.fail(f"{label}: quantization scale is not finite")
         return Quantization(scale, zp, axis)
 
-    def sparsity(self, sp, label: str) -> dict:
-        dims = []
+    def sparsity(self, sp: Any, label: str) -> dict[str, Any]:
+        dims: list[dict[str, Any]] = []
         for j in range(self.count(sp, "DimMetadata")):
             dm = sp.DimMetadata(j)
-            entry = {"format": dm.Format(), "dense_size": dm.DenseSize()}
+            entry: dict[str, Any] = {"format": dm.Format(), "dense_size": dm.DenseSize()}
             if dm.Format() == 1:  # SPARSE_CSR
                 entry["segments"] = self.index_vector(dm.ArraySegmentsType(), dm.ArraySegments(), label)
                 entry["indices"] = self.index_vector(dm.ArrayIndicesType(), dm.ArrayIndices(), label)
@@ -255,7 +260,7 @@ class _Reader:
         return {"traversal_order": self.ints(sp, "TraversalOrder"), "block_map": self.ints(sp, "BlockMap"),
                 "dim_metadata": dims}
 
-    def index_vector(self, type_code: int, table, label: str) -> np.ndarray:
+    def index_vector(self, type_code: int, table: Any, label: str) -> np.ndarray:
         names = {1: "Int32Vector", 2: "Uint16Vector", 3: "Uint8Vector"}
         if type_code not in names or table is None:
             raise self.fail(f"{label}: sparse dimension has no index vector")

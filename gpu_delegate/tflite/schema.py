@@ -6,6 +6,7 @@ import functools
 import importlib
 import inspect
 import re
+from types import ModuleType
 
 import tflite
 
@@ -57,7 +58,7 @@ def snake_case(camel: str) -> str:
 
 
 @functools.cache
-def options_module(type_name: str):
+def options_module(type_name: str) -> ModuleType:
     return importlib.import_module(f"tflite.{type_name}")
 
 

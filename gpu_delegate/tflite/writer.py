@@ -14,9 +14,13 @@ Option names are the snake_case field names of the op's options table; enum fiel
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from typing import Any, TypedDict
+
 import flatbuffers
 import numpy as np
 import tflite
+from numpy.typing import ArrayLike, DTypeLike
 
 from ..dtypes import NUMPY_TO_SCHEMA
 from .schema import (
@@ -36,46 +40,66 @@ _ENUMS = {"padding": tflite.Padding, "fused_activation_function": tflite.Activat
           "algorithm": tflite.RngAlgorithm}
 
 
+class TensorEntry(TypedDict):
+    """A tensor as ModelBuilder.tensors holds it until build()."""
+
+    name: str
+    shape: list[int]
+    type: int  # the schema's TensorType
+    buffer: int  # index into ModelBuilder.buffers; 0: none
+    scale: ArrayLike | None  # one per tensor, or one per channel along axis
+    zero_point: ArrayLike | None
+    axis: int
+    shape_signature: Sequence[int] | None
+    sparsity: dict[str, Any] | None  # traversal_order, block_map, dim_metadata (as Tensor.sparsity)
+    is_variable: bool
+
+
+# An op as ModelBuilder.ops holds it: opcode index, inputs, outputs, options, custom options, whether it is custom
+OpEntry = tuple[int, list[int], list[int], dict[str, Any], bytes | None, bool]
+
+
 class ModelBuilder:
-    def __init__(self, description: str = "gpu_delegate.ModelBuilder"):
+    def __init__(self, description: str = "gpu_delegate.ModelBuilder") -> None:
         self.description = description
-        self.tensors: list[dict] = []
+        self.tensors: list[TensorEntry] = []
         self.buffers: list[bytes] = [b""]
-        self.ops: list[tuple] = []
+        self.ops: list[OpEntry] = []
         self.opcodes: list[tuple[str, int]] = []
         self.inputs: list[int] = []
         self.outputs: list[int] = []
-        self.signature: tuple[str, dict, dict] | None = None
+        self.signature: tuple[str, dict[str, int], dict[str, int]] | None = None
 
     # -- tensors --------------------------------------------------------------------------------------
-    def tensor(self, name: str, shape, dtype=np.float32, *, scale=None, zero_point=None, axis: int = 0,
-               data: np.ndarray | None = None, shape_signature=None, sparsity: dict | None = None,
+    def tensor(self, name: str, shape: Sequence[int], dtype: DTypeLike = np.float32, *, scale: ArrayLike | None = None,
+               zero_point: ArrayLike | None = None, axis: int = 0, data: ArrayLike | None = None,
+               shape_signature: Sequence[int] | None = None, sparsity: dict[str, Any] | None = None,
                is_variable: bool = False) -> int:
         dtype = np.dtype(dtype)
         buffer = 0
         if data is not None:
             buffer = len(self.buffers)
             self.buffers.append(np.ascontiguousarray(data, dtype).tobytes())
-        self.tensors.append(dict(name=name, shape=[int(d) for d in shape], type=NUMPY_TO_SCHEMA[dtype],
-                                 buffer=buffer, scale=scale, zero_point=zero_point, axis=axis,
-                                 shape_signature=shape_signature, sparsity=sparsity, is_variable=is_variable))
+        self.tensors.append(TensorEntry(name=name, shape=[int(d) for d in shape], type=NUMPY_TO_SCHEMA[dtype],
+                                        buffer=buffer, scale=scale, zero_point=zero_point, axis=axis,
+                                        shape_signature=shape_signature, sparsity=sparsity, is_variable=is_variable))
         return len(self.tensors) - 1
 
-    def input(self, name: str, shape, dtype=np.float32, **kw) -> int:
+    def input(self, name: str, shape: Sequence[int], dtype: DTypeLike = np.float32, **kw: Any) -> int:
         t = self.tensor(name, shape, dtype, **kw)
         self.inputs.append(t)
         return t
 
-    def const(self, name: str, data, dtype=None, **kw) -> int:
-        data = np.asarray(data, dtype)
-        return self.tensor(name, data.shape, data.dtype, data=data, **kw)
+    def const(self, name: str, data: ArrayLike, dtype: DTypeLike | None = None, **kw: Any) -> int:
+        array = np.asarray(data, dtype)
+        return self.tensor(name, array.shape, array.dtype, data=array, **kw)
 
     def output(self, *tensors: int) -> None:
         self.outputs.extend(tensors)
 
     # -- ops --------------------------------------------------------------------------------------------
-    def op(self, name: str, inputs, outputs, *, version: int = 1, custom_options: bytes | None = None,
-           **options) -> None:
+    def op(self, name: str, inputs: Sequence[int], outputs: Sequence[int], *, version: int = 1,
+           custom_options: bytes | None = None, **options: Any) -> None:
         custom = name not in BUILTIN_CODES
         key = (name, version)
         if key not in self.opcodes:
@@ -86,14 +110,14 @@ class ModelBuilder:
     def build(self) -> bytes:
         b = flatbuffers.Builder(1024 + sum(len(x) for x in self.buffers))
 
-        def ivec(start, values, elem="int32"):
+        def ivec(start: Callable[[Any, int], Any], values: Sequence[float], elem: str = "int32") -> int:
             start(b, len(values))
             for v in reversed(values):
                 getattr(b, {"int32": "PrependInt32", "int64": "PrependInt64", "float": "PrependFloat32",
                             "uint8": "PrependUint8"}[elem])(v)
             return b.EndVector()
 
-        buffers = []
+        buffers: list[int] = []
         for data in self.buffers:
             vec = None
             if data:
@@ -106,7 +130,7 @@ class ModelBuilder:
                 tflite.BufferAddData(b, vec)
             buffers.append(tflite.BufferEnd(b))
 
-        tensors = []
+        tensors: list[int] = []
         for t in self.tensors:
             name = b.CreateString(t["name"])
             shape = ivec(tflite.TensorStartShapeVector, t["shape"])
@@ -116,9 +140,9 @@ class ModelBuilder:
             if t["scale"] is not None:
                 scale = np.atleast_1d(np.asarray(t["scale"], np.float32)).tolist()
                 zp = np.atleast_1d(np.asarray(t["zero_point"] if t["zero_point"] is not None else 0, np.int64))
-                zp = (zp if zp.size == len(scale) else np.full(len(scale), zp[0])).tolist()
+                zero_points = (zp if zp.size == len(scale) else np.full(len(scale), zp[0])).tolist()
                 sv = ivec(tflite.QuantizationParametersStartScaleVector, scale, "float")
-                zv = ivec(tflite.QuantizationParametersStartZeroPointVector, zp, "int64")
+                zv = ivec(tflite.QuantizationParametersStartZeroPointVector, zero_points, "int64")
                 tflite.QuantizationParametersStart(b)
                 tflite.QuantizationParametersAddScale(b, sv)
                 tflite.QuantizationParametersAddZeroPoint(b, zv)
@@ -139,7 +163,7 @@ class ModelBuilder:
                 tflite.TensorAddSparsity(b, sparsity)
             tensors.append(tflite.TensorEnd(b))
 
-        ops = []
+        ops: list[int] = []
         for opcode_index, inputs, outputs, options, custom_options, custom in self.ops:
             op_name = self.opcodes[opcode_index][0]
             second = not custom and options_type_for_op(op_name) is None and options2_type_for_op(op_name) is not None
@@ -162,7 +186,7 @@ class ModelBuilder:
                 tflite.OperatorAddCustomOptions(b, cv)
             ops.append(tflite.OperatorEnd(b))
 
-        def table_vec(start, items):
+        def table_vec(start: Callable[[Any, int], Any], items: Sequence[int]) -> int:
             start(b, len(items))
             for it in reversed(items):
                 b.PrependUOffsetTRelative(it)
@@ -181,7 +205,7 @@ class ModelBuilder:
         tflite.SubGraphAddName(b, sg_name)
         subgraph = tflite.SubGraphEnd(b)
 
-        opcodes = []
+        opcodes: list[int] = []
         for name, version in self.opcodes:
             custom_name = b.CreateString(name) if name not in BUILTIN_CODES else None
             code = BUILTIN_CODES.get(name, BUILTIN_CODES["CUSTOM"])
@@ -193,17 +217,17 @@ class ModelBuilder:
                 tflite.OperatorCodeAddCustomCode(b, custom_name)
             opcodes.append(tflite.OperatorCodeEnd(b))
 
-        sigs = []
+        sigs: list[int] = []
         if self.signature is not None:
             key, ins, outs = self.signature
-            maps = []
+            maps: list[list[int]] = []
             for d in (ins, outs):
-                entries = []
-                for n, t in d.items():
+                entries: list[int] = []
+                for n, index in d.items():
                     s = b.CreateString(n)
                     tflite.TensorMapStart(b)
                     tflite.TensorMapAddName(b, s)
-                    tflite.TensorMapAddTensorIndex(b, t)
+                    tflite.TensorMapAddTensorIndex(b, index)
                     entries.append(tflite.TensorMapEnd(b))
                 maps.append(entries)
             iv = table_vec(tflite.SignatureDefStartInputsVector, maps[0])
@@ -236,7 +260,7 @@ class ModelBuilder:
         self.signature = (key, inputs, outputs)
 
     @staticmethod
-    def _options(b, op_name: str, options: dict, second: bool = False):
+    def _options(b: Any, op_name: str, options: dict[str, Any], second: bool = False) -> tuple[int, int | None]:
         type_name = options2_type_for_op(op_name) if second else options_type_for_op(op_name)
         if type_name is None:
             if options:
@@ -244,7 +268,7 @@ class ModelBuilder:
             return 0, None
         module = options_module(type_name)
         fields = {snake: (getter, vec) for snake, getter, vec in options_fields(type_name)}
-        vectors = {}
+        vectors: dict[str, int] = {}
         for key, value in options.items():
             if key not in fields:
                 raise ValueError(f"{type_name} has no field {key!r}; fields: {sorted(fields)}")
@@ -268,8 +292,8 @@ class ModelBuilder:
         return codes[type_name], getattr(module, f"{type_name}End")(b)
 
     @staticmethod
-    def _sparsity(b, sp: dict, ivec):
-        dims = []
+    def _sparsity(b: Any, sp: dict[str, Any], ivec: Callable[..., int]) -> int:
+        dims: list[int] = []
         for d in sp["dim_metadata"]:
             seg = idx = None
             if d["format"] == 1:
