@@ -20,6 +20,7 @@ from ..cpu.lstm import LstmWeights, lstm_sequence
 from ..errors import ModelError
 from ..graph import ACT_SIGN_BIT, Graph, Node
 from .base import Op, register
+from .checks import required
 
 INPUT_W, RECURRENT_W, PEEPHOLE, BIAS, LAYER_NORM = 1, 5, 9, 12, 20
 PROJECTION_W, PROJECTION_B, OUTPUT_STATE, CELL_STATE = 16, 17, 18, 19
@@ -34,7 +35,7 @@ def _peephole_slot(gate: int) -> int | None:
     return {0: PEEPHOLE, 1: PEEPHOLE + 1, 3: PEEPHOLE + 2}.get(gate)
 
 
-def _dims(node: Node, shapes) -> tuple[int, int, int, int, int]:
+def _dims(node: Node, shapes: list[tuple[int, ...] | None]) -> tuple[int, int, int, int, int]:
     """(time, batch, n_input, n_cell, n_output), after checking every present tensor's shape."""
     x = shapes[0]
     if x is None or len(x) != 3:
@@ -42,15 +43,16 @@ def _dims(node: Node, shapes) -> tuple[int, int, int, int, int]:
     time_major = bool(node.attrs.get("time_major", True))
     time, batch = (x[0], x[1]) if time_major else (x[1], x[0])
     n_input = x[2]
-    n_cell = shapes[INPUT_W + 1][0]
+    n_cell = required(node, shapes, INPUT_W + 1)[0]
     diagonal = bool(node.attrs.get("diagonal_recurrent_tensors", False))
-    n_output = n_cell if diagonal else shapes[RECURRENT_W + 1][1]
+    n_output = n_cell if diagonal else required(node, shapes, RECURRENT_W + 1)[1]
     proj = shapes[PROJECTION_W]
     for i, n in ((OUTPUT_STATE, n_output), (CELL_STATE, n_cell)):
-        if shapes[i] is not None and int(np.prod(shapes[i])) != batch * n:  # TFLite accepts any layout
-            raise ModelError(f"{node}: state input {i} has shape {list(shapes[i])}, expected "
+        state = shapes[i]
+        if state is not None and int(np.prod(state)) != batch * n:  # TFLite accepts any layout
+            raise ModelError(f"{node}: state input {i} has shape {list(state)}, expected "
                              f"{batch * n} elements ([{batch}, {n}]); batch size changes are not supported")
-    want = {}
+    want: dict[int, tuple[int, ...]] = {}
     for g in range(4):
         want[INPUT_W + g] = (n_cell, n_input)
         want[RECURRENT_W + g] = (n_cell,) if diagonal else (n_cell, n_output)
@@ -64,8 +66,9 @@ def _dims(node: Node, shapes) -> tuple[int, int, int, int, int]:
     elif n_output != n_cell:
         raise ModelError(f"{node}: without projection, n_output ({n_output}) must equal n_cell ({n_cell})")
     for i, shape in want.items():
-        if i < len(shapes) and shapes[i] is not None and tuple(shapes[i]) != shape:
-            raise ModelError(f"{node}: input {i} has shape {list(shapes[i])}, expected {list(shape)}")
+        given = shapes[i] if i < len(shapes) else None
+        if given is not None and tuple(given) != shape:
+            raise ModelError(f"{node}: input {i} has shape {list(given)}, expected {list(shape)}")
     return time, batch, n_input, n_cell, n_output
 
 
@@ -115,20 +118,20 @@ class UnidirectionalSequenceLstm(Op):
         _dims(node, [graph.tensors[t].shape if t >= 0 else None for t in node.inputs])
 
     @staticmethod
-    def infer(node, graph, shapes):
+    def infer(node: Node, graph: Graph, shapes: list[tuple[int, ...] | None]) -> list[tuple[int, ...]]:
         time, batch, _, _, n_output = _dims(node, shapes)
         time_major = bool(node.attrs.get("time_major", True))
         return [(time, batch, n_output) if time_major else (batch, time, n_output)]
 
     @staticmethod
-    def macs(node, graph):
+    def macs(node: Node, graph: Graph) -> int:
         time, batch, n_input, n_cell, n_output = _dims(
             node, [graph.tensors[t].shape if t >= 0 else None for t in node.inputs])
         proj = n_output * n_cell if _present(node, PROJECTION_W) else 0
         return time * batch * (4 * n_cell * (n_input + n_output) + proj)
 
     @staticmethod
-    def run_cpu(node, graph, inputs):
+    def run_cpu(node: Node, graph: Graph, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
         _dims(node, [None if v is None else v.shape for v in inputs])
         a = node.attrs
         time_major = bool(a.get("time_major", True))
@@ -136,13 +139,15 @@ class UnidirectionalSequenceLstm(Op):
         weights = LstmWeights(
             input_w=[inputs[INPUT_W + g] for g in range(4)],
             recurrent_w=[inputs[RECURRENT_W + g] for g in range(4)],
-            peephole=[None if _peephole_slot(g) is None else inputs[_peephole_slot(g)] for g in range(4)],
+            peephole=[None if (slot := _peephole_slot(g)) is None else inputs[slot] for g in range(4)],
             bias=[inputs[BIAS + g] for g in range(4)],
             layer_norm=[inputs[LAYER_NORM + g] if use_ln else None for g in range(4)],
             projection_w=inputs[PROJECTION_W], projection_b=inputs[PROJECTION_B],
             diagonal_recurrent=bool(a.get("diagonal_recurrent_tensors", False)))
-        x = inputs[0] if time_major else inputs[0].transpose(1, 0, 2)
-        h_state, c_state = inputs[OUTPUT_STATE], inputs[CELL_STATE]
+        x = required(node, inputs, 0)
+        if not time_major:
+            x = x.transpose(1, 0, 2)
+        h_state, c_state = required(node, inputs, OUTPUT_STATE), required(node, inputs, CELL_STATE)
         batch = x.shape[1]
         out, h, c = lstm_sequence(x, weights, h_state.reshape(batch, -1), c_state.reshape(batch, -1),
                                   int(a.get("fused_activation_function", 0)), float(a.get("cell_clip", 0.0)),
