@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 import numba
 import numpy as np
+from numpy.typing import ArrayLike
 
 from ..graph import ACT_RELU, ACT_RELU6, ACT_RELU_N1_TO_1
 from .quant import INT32_MAX, INT32_MIN, dtype_range, multiply_by_quantized_multiplier, quantize_multiplier
@@ -35,7 +36,7 @@ def rescale(x: np.ndarray, multiplier: int, shift: int, offset: int = 0, lo: int
     return out.reshape(np.shape(x))
 
 
-def round_half_away(x: np.ndarray) -> np.ndarray:
+def round_half_away(x: ArrayLike) -> np.ndarray:
     """C's round(): halves go away from zero (numpy's round goes to even). In float64, where x + 0.5 is
     exact for any float32 x."""
     x = np.asarray(x, np.float64)

@@ -53,6 +53,11 @@ def required(node: Node, values: Sequence[V | None], i: int) -> V:
     return value
 
 
+def all_required(node: Node, values: Sequence[V | None]) -> list[V]:
+    """Every input's value, where ``check`` has required all of them (``arity``)."""
+    return [required(node, values, i) for i in range(len(values))]
+
+
 def quant_of(node: Node, t: Tensor) -> Quantization:
     """``t``'s quantization parameters, where ``check`` has required them."""
     if t.quant is None:

@@ -47,7 +47,7 @@ from ..graph import ACT_NONE, ACT_RELU6, Graph, Node, Tensor
 from ..lowering.context import LowerContext
 from ..phwc4 import slices
 from .base import Op, broadcast_shape, lower_elementwise, register
-from .checks import arity, check_type, is_quantized, per_tensor
+from .checks import all_required, arity, check_type, is_quantized, per_tensor, quant_of, required
 
 Shapes = list[tuple[int, ...] | None]
 _ACT = "fused_activation_function"
@@ -140,14 +140,14 @@ class _Unary(Op):
 
     @staticmethod
     def infer(node: Node, graph: Graph, shapes: Shapes) -> list[tuple[int, ...]]:
-        return [shapes[0]]
+        return [required(node, shapes, 0)]
 
     @classmethod
     def run_cpu(cls, node: Node, graph: Graph, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
-        x = inputs[0]
+        x = required(node, inputs, 0)
         tx, ty = graph.tensors[node.inputs[0]], graph.tensors[node.outputs[0]]
         if is_quantized(tx):
-            qi, qo = tx.quant.scalar(), ty.quant.scalar()
+            qi, qo = quant_of(node, tx).scalar(), quant_of(node, ty).scalar()
             if x.dtype.itemsize == 1:
                 table = graph.prepared(("elementwise.lut", node.index), lambda: cls.table(node, qi, qo, x.dtype))
                 return [apply_lut(table, x, ty.dtype)]
@@ -209,7 +209,7 @@ class Neg(_Unary):
     def gpu_support(node: Node, graph: Graph) -> bool | str:
         x, y = graph.tensors[node.inputs[0]], graph.tensors[node.outputs[0]]
         if is_quantized(x):
-            (sx, zx), (sy, zy) = x.quant.scalar(), y.quant.scalar()
+            (sx, zx), (sy, zy) = quant_of(node, x).scalar(), quant_of(node, y).scalar()
             if sx != sy or zx + zy != 0:
                 return ("quantized NEG negates the codes, which is a negation of the values only when the "
                         "output's scale is the input's and its zero point the input's negated")
@@ -379,11 +379,11 @@ class LogicalNot(Op):
 
     @staticmethod
     def infer(node: Node, graph: Graph, shapes: Shapes) -> list[tuple[int, ...]]:
-        return [shapes[0]]
+        return [required(node, shapes, 0)]
 
     @staticmethod
     def run_cpu(node: Node, graph: Graph, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
-        return [np.logical_not(inputs[0])]
+        return [np.logical_not(required(node, inputs, 0))]
 
 
 @register
@@ -400,11 +400,11 @@ class Cast(Op):
 
     @staticmethod
     def infer(node: Node, graph: Graph, shapes: Shapes) -> list[tuple[int, ...]]:
-        return [shapes[0]]
+        return [required(node, shapes, 0)]
 
     @staticmethod
     def run_cpu(node: Node, graph: Graph, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
-        x = inputs[0]
+        x = required(node, inputs, 0)
         out = graph.tensors[node.outputs[0]].dtype
         if out == np.bool_:
             return [x != 0]
@@ -477,14 +477,14 @@ class _Binary(Op):
 
     @staticmethod
     def infer(node: Node, graph: Graph, shapes: Shapes) -> list[tuple[int, ...]]:
-        return [broadcast_shape(shapes[0], shapes[1], node)]
+        return [broadcast_shape(required(node, shapes, 0), required(node, shapes, 1), node)]
 
     @classmethod
     def run_cpu(cls, node: Node, graph: Graph, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
-        a, b = inputs
+        a, b = all_required(node, inputs)
         ta, tb, ty = (graph.tensors[t] for t in (*node.inputs, node.outputs[0]))
         if is_quantized(ta):
-            return [cls.run_quantized(node, a, b, ta.quant.scalar(), tb.quant.scalar(), ty)]
+            return [cls.run_quantized(node, a, b, quant_of(node, ta).scalar(), quant_of(node, tb).scalar(), ty)]
         with np.errstate(all="ignore"):
             y = cls.compute(node, a, b)
         if cls.fused:
@@ -501,7 +501,7 @@ class _Binary(Op):
             return y
         if cls.fused:
             y = fused_clamp(y, node.attrs.get(_ACT, 0))
-        return quantize(y, *ty.quant.scalar(), ty.dtype)
+        return quantize(y, *quant_of(node, ty).scalar(), ty.dtype)
 
 
 def _not_all_const(node: Node, graph: Graph) -> bool | str:
@@ -511,7 +511,7 @@ def _not_all_const(node: Node, graph: Graph) -> bool | str:
 
 
 def _act_range(node: Node, ty: Tensor) -> tuple[int, int]:
-    scale, zp = ty.quant.scalar()
+    scale, zp = quant_of(node, ty).scalar()
     return activation_range(node.attrs.get(_ACT, 0), scale, zp, ty.dtype)
 
 
@@ -522,11 +522,12 @@ class Add(_Binary):
     compute = staticmethod(lambda node, a, b: np.add(a, b))
 
     @classmethod
-    def run_quantized(cls, node, a, b, qa, qb, ty):
+    def run_quantized(cls, node: Node, a: np.ndarray, b: np.ndarray, qa: tuple[float, int], qb: tuple[float, int],
+                      ty: Tensor) -> np.ndarray:
         if ty.dtype.itemsize != 1:
             return super().run_quantized(node, a, b, qa, qb, ty)
         lo, hi = _act_range(node, ty)
-        return add_sub_q8(a, b, qa, qb, ty.quant.scalar(), cls.name == "SUB", lo, hi).astype(ty.dtype)
+        return add_sub_q8(a, b, qa, qb, quant_of(node, ty).scalar(), cls.name == "SUB", lo, hi).astype(ty.dtype)
 
 
 @register
@@ -543,11 +544,12 @@ class Mul(_Binary):
     compute = staticmethod(lambda node, a, b: np.multiply(a, b))
 
     @classmethod
-    def run_quantized(cls, node, a, b, qa, qb, ty):
+    def run_quantized(cls, node: Node, a: np.ndarray, b: np.ndarray, qa: tuple[float, int], qb: tuple[float, int],
+                      ty: Tensor) -> np.ndarray:
         if ty.dtype.itemsize != 1:
             return super().run_quantized(node, a, b, qa, qb, ty)
         lo, hi = _act_range(node, ty)
-        return mul_q8(a, b, qa, qb, ty.quant.scalar(), lo, hi).astype(ty.dtype)
+        return mul_q8(a, b, qa, qb, quant_of(node, ty).scalar(), lo, hi).astype(ty.dtype)
 
 
 @register
@@ -577,8 +579,9 @@ class Pow(_Binary):
 
 class _MinMax(_Binary):
     @classmethod
-    def run_quantized(cls, node, a, b, qa, qb, ty):
-        if qa == qb == ty.quant.scalar():  # TFLite's case: all three share one quantization
+    def run_quantized(cls, node: Node, a: np.ndarray, b: np.ndarray, qa: tuple[float, int], qb: tuple[float, int],
+                      ty: Tensor) -> np.ndarray:
+        if qa == qb == quant_of(node, ty).scalar():  # TFLite's case: all three share one quantization
             return cls.compute(node, a, b)
         return super().run_quantized(node, a, b, qa, qb, ty)
 
@@ -608,10 +611,11 @@ class SquaredDifference(_Binary):
         return d * d
 
     @classmethod
-    def run_quantized(cls, node, a, b, qa, qb, ty):
+    def run_quantized(cls, node: Node, a: np.ndarray, b: np.ndarray, qa: tuple[float, int], qb: tuple[float, int],
+                      ty: Tensor) -> np.ndarray:
         if ty.dtype != np.int8:
             return super().run_quantized(node, a, b, qa, qb, ty)
-        return squared_difference_q8(a, b, qa, qb, ty.quant.scalar()).astype(ty.dtype)
+        return squared_difference_q8(a, b, qa, qb, quant_of(node, ty).scalar()).astype(ty.dtype)
 
 
 @register
@@ -645,7 +649,8 @@ class _Compare(_Binary):
     to_bool, bools = True, True
 
     @classmethod
-    def run_quantized(cls, node, a, b, qa, qb, ty):
+    def run_quantized(cls, node: Node, a: np.ndarray, b: np.ndarray, qa: tuple[float, int], qb: tuple[float, int],
+                      ty: Tensor) -> np.ndarray:
         if qa == qb:
             return cls.compute(node, a, b)
         if a.dtype.itemsize == 1:
@@ -726,16 +731,16 @@ class Prelu(Op):
 
     @staticmethod
     def infer(node: Node, graph: Graph, shapes: Shapes) -> list[tuple[int, ...]]:
-        return [broadcast_shape(shapes[0], shapes[1], node)]
+        return [broadcast_shape(required(node, shapes, 0), required(node, shapes, 1), node)]
 
     @staticmethod
     def run_cpu(node: Node, graph: Graph, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
-        x, alpha = inputs
+        x, alpha = all_required(node, inputs)
         tx, ta, ty = (graph.tensors[t] for t in (*node.inputs, node.outputs[0]))
         if not is_quantized(tx):
             return [np.where(x >= 0, x, x * alpha).astype(x.dtype)]
         # TFLite's reference PRELU: s_x/s_y on the positive side, s_x*s_alpha/s_y on the negative side
-        (sx, zx), (sa, za), (so, zo) = tx.quant.scalar(), ta.quant.scalar(), ty.quant.scalar()
+        (sx, zx), (sa, za), (so, zo) = (quant_of(node, t).scalar() for t in (tx, ta, ty))
         lo, hi = dtype_range(ty.dtype)
         m1, s1 = quantize_multiplier(float(f32(sx) / f32(so)))
         m2, s2 = quantize_multiplier(float(f32(sx) * f32(sa) / f32(so)))
@@ -769,15 +774,17 @@ class AddN(Op):
 
     @staticmethod
     def infer(node: Node, graph: Graph, shapes: Shapes) -> list[tuple[int, ...]]:
-        for s in shapes[1:]:
-            if s != shapes[0]:
-                raise ModelError(f"{node}: all inputs must have one shape, got {[list(x) for x in shapes]}")
-        return [shapes[0]]
+        given = all_required(node, shapes)
+        for s in given[1:]:
+            if s != given[0]:
+                raise ModelError(f"{node}: all inputs must have one shape, got {[list(x) for x in given]}")
+        return [given[0]]
 
     @staticmethod
     def run_cpu(node: Node, graph: Graph, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
-        total = inputs[0].copy()
-        for x in inputs[1:]:
+        given = all_required(node, inputs)
+        total = given[0].copy()
+        for x in given[1:]:
             total += x  # in order, in the input dtype, as TFLite sums
         return [total]
 
@@ -828,11 +835,12 @@ class SelectV2(Op):
 
     @staticmethod
     def infer(node: Node, graph: Graph, shapes: Shapes) -> list[tuple[int, ...]]:
-        return [broadcast_shape(shapes[0], broadcast_shape(shapes[1], shapes[2], node), node)]
+        c, x, y = all_required(node, shapes)
+        return [broadcast_shape(c, broadcast_shape(x, y, node), node)]
 
     @staticmethod
     def run_cpu(node: Node, graph: Graph, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
-        c, x, y = inputs
+        c, x, y = all_required(node, inputs)
         return [np.where(c, x, y)]
 
 
@@ -845,7 +853,7 @@ class Select(SelectV2):
 
     @staticmethod
     def infer(node: Node, graph: Graph, shapes: Shapes) -> list[tuple[int, ...]]:
-        c, x, y = shapes
+        c, x, y = all_required(node, shapes)
         if x != y or not (c == x or len(c) == 0 or (len(c) == 1 and len(x) >= 1 and c[0] == x[0])):
             raise ModelError(f"{node}: condition {list(c)}, x {list(x)} and y {list(y)} do not fit: x and y "
                              "need one shape, the condition the same or a vector over x's first dimension")
@@ -853,7 +861,7 @@ class Select(SelectV2):
 
     @staticmethod
     def run_cpu(node: Node, graph: Graph, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
-        c, x, y = inputs
+        c, x, y = all_required(node, inputs)
         if c.ndim == 1 and x.ndim > 1:
             c = c.reshape(c.shape + (1,) * (x.ndim - 1))
         return [np.where(c, x, y)]
