@@ -71,6 +71,14 @@ def tensor_of(node: Node, graph: Graph, i: int) -> Tensor | None:
     return graph.tensors[t] if t >= 0 else None
 
 
+def required_tensor(node: Node, graph: Graph, i: int) -> Tensor:
+    """Input i's tensor, where ``check`` has made the input required."""
+    t = tensor_of(node, graph, i)
+    if t is None:
+        raise ModelError(f"{node}: input {i} is omitted, but {node.op} needs it")
+    return t
+
+
 def output_of(node: Node, graph: Graph) -> Tensor:
     if len(node.outputs) != 1:
         raise ModelError(f"{node}: expects 1 output, has {len(node.outputs)}")

@@ -97,7 +97,7 @@ def lower_pool(node: Node, ctx: LowerContext) -> None:
     pt, pl = ctx.padding(node, (h, w), (kh, kw), (sh, sw))
     is_max = node.op == "MAX_POOL_2D"
     defines: Defines = {"KH": kh, "KW": kw, "SH": sh, "SW": sw, "PT": pt, "PL": pl, "IS_MAX": int(is_max), "QUANT": 0,
-               **act_defines(activation(node))}
+                        **act_defines(activation(node))}
     x = ctx.graph.tensors[node.inputs[0]]
     if not is_max and x.quant is not None and x.dtype.kind in "iu":
         scale, zp = x.quant.scalar()

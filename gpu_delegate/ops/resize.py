@@ -87,7 +87,7 @@ def _lower(node: Node, ctx: LowerContext, bilinear: bool) -> None:
     _, out_h, out_w, c = ctx.bhwc(dst)
     align, half = _flags(node)
     defines: Defines = {"BILINEAR": bilinear, "ALIGN_CORNERS": align, "HALF_PIXEL": half,
-               "SCALE_Y": float(_scale(in_h, out_h, align)), "SCALE_X": float(_scale(in_w, out_w, align))}
+                        "SCALE_Y": float(_scale(in_h, out_h, align)), "SCALE_X": float(_scale(in_w, out_w, align))}
     ctx.kernel("resize", {"src": src}, {"dst": dst}, defines=defines, grid=ctx.grid(dst))
 
 
