@@ -45,8 +45,8 @@ def arity(node: Node, n_in: int, n_out: int) -> None:
 
 
 def required(node: Node, values: Sequence[V | None], i: int) -> V:
-    """Input i's value (an array in ``run_cpu``, a shape in ``infer``) where ``check`` has made the input
-    required: the interpreter passes None only for an omitted input."""
+    """Input i's value (an array in ``run_cpu``, a shape in ``infer``) for an input the op needs; the
+    interpreter passes None only for an omitted one, which is a ModelError naming the node."""
     value = values[i]
     if value is None:
         raise ModelError(f"{node}: input {i} is omitted, but {node.op} needs it")
