@@ -16,7 +16,8 @@ framework rounds every quantized output to its grid, so the same expression serv
 from __future__ import annotations
 
 import math
-from typing import ClassVar
+from collections.abc import Callable
+from typing import ClassVar, Protocol
 
 import numpy as np
 
@@ -51,6 +52,30 @@ from .checks import all_required, arity, check_type, is_quantized, per_tensor, q
 
 Shapes = list[tuple[int, ...] | None]
 _ACT = "fused_activation_function"
+
+
+# The signatures of _Unary.compute and _Binary.compute, for the helpers that make them (a Callable type cannot
+# name the parameters, and an override must keep their names).
+class _UnaryCompute(Protocol):
+    def __call__(self, x: np.ndarray, attrs: dict) -> np.ndarray: ...
+
+
+class _BinaryCompute(Protocol):
+    def __call__(self, node: Node, a: np.ndarray, b: np.ndarray) -> np.ndarray: ...
+
+
+def _unary(fn: Callable[[np.ndarray], np.ndarray]) -> _UnaryCompute:
+    """A unary op's ``compute`` that is ``fn`` of the input (no attribute matters)."""
+    def compute(x: np.ndarray, attrs: dict) -> np.ndarray:
+        return fn(x)
+    return compute
+
+
+def _binary(fn: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> _BinaryCompute:
+    """A binary op's ``compute`` that is ``fn`` of the two operands."""
+    def compute(node: Node, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        return fn(a, b)
+    return compute
 
 
 def _same_type(node: Node, a: Tensor, b: Tensor) -> None:
@@ -166,35 +191,35 @@ class _Unary(Op):
 class Abs(_Unary):
     name, ints = "ABS", True
     expr = "FABS(a)"
-    compute = staticmethod(lambda x, attrs: np.abs(x))
+    compute = staticmethod(_unary(np.abs))
 
 
 @register
 class Cos(_Unary):
     name = "COS"
     expr = "cos(a)"
-    compute = staticmethod(lambda x, attrs: np.cos(x))
+    compute = staticmethod(_unary(np.cos))
 
 
 @register
 class Exp(_Unary):
     name = "EXP"
     expr = "exp(a)"
-    compute = staticmethod(lambda x, attrs: np.exp(x))
+    compute = staticmethod(_unary(np.exp))
 
 
 @register
 class Floor(_Unary):
     name = "FLOOR"
     expr = "floor(a)"
-    compute = staticmethod(lambda x, attrs: np.floor(x))
+    compute = staticmethod(_unary(np.floor))
 
 
 @register
 class Log(_Unary):
     name = "LOG"
     expr = "log(a)"
-    compute = staticmethod(lambda x, attrs: np.log(x))
+    compute = staticmethod(_unary(np.log))
 
 
 @register
@@ -203,7 +228,7 @@ class Neg(_Unary):
 
     name, ints = "NEG", True
     expr = "-a"
-    compute = staticmethod(lambda x, attrs: np.negative(x))
+    compute = staticmethod(_unary(np.negative))
 
     @staticmethod
     def gpu_support(node: Node, graph: Graph) -> bool | str:
@@ -224,21 +249,24 @@ class Neg(_Unary):
 class Rsqrt(_Unary):
     name = "RSQRT"
     expr = "SPLAT(1.0f) / sqrt(a)"
-    compute = staticmethod(lambda x, attrs: 1 / np.sqrt(x))
+
+    @staticmethod
+    def compute(x: np.ndarray, attrs: dict) -> np.ndarray:
+        return 1 / np.sqrt(x)
 
 
 @register
 class Sin(_Unary):
     name = "SIN"
     expr = "sin(a)"
-    compute = staticmethod(lambda x, attrs: np.sin(x))
+    compute = staticmethod(_unary(np.sin))
 
 
 @register
 class Sqrt(_Unary):
     name = "SQRT"
     expr = "sqrt(a)"
-    compute = staticmethod(lambda x, attrs: np.sqrt(x))
+    compute = staticmethod(_unary(np.sqrt))
 
     @classmethod
     def table(cls, node: Node, qi: tuple[float, int], qo: tuple[float, int], dtype: np.dtype) -> np.ndarray:
@@ -249,34 +277,40 @@ class Sqrt(_Unary):
 class Square(_Unary):
     name, ints = "SQUARE", True
     expr = "a * a"
-    compute = staticmethod(lambda x, attrs: x * x)
+
+    @staticmethod
+    def compute(x: np.ndarray, attrs: dict) -> np.ndarray:
+        return x * x
 
 
 @register
 class Tanh(_Unary):
     name = "TANH"
     expr = "tanh(a)"
-    compute = staticmethod(lambda x, attrs: np.tanh(x))
+    compute = staticmethod(_unary(np.tanh))
 
 
 @register
 class Logistic(_Unary):
     name = "LOGISTIC"
     expr = "SPLAT(1.0f) / (SPLAT(1.0f) + exp(-a))"
-    compute = staticmethod(lambda x, attrs: logistic(x))
+    compute = staticmethod(_unary(logistic))
 
 
 @register
 class Elu(_Unary):
     name = "ELU"
     expr = "SELECT4(a, exp(min(a, 0.0f)) - SPLAT(1.0f), LT4(a, SPLAT(0.0f)))"
-    compute = staticmethod(lambda x, attrs: elu(x))
+    compute = staticmethod(_unary(elu))
 
 
 @register
 class Gelu(_Unary):
     name = "GELU"
-    compute = staticmethod(lambda x, attrs: gelu(x, bool(attrs.get("approximate", False))))
+
+    @staticmethod
+    def compute(x: np.ndarray, attrs: dict) -> np.ndarray:
+        return gelu(x, bool(attrs.get("approximate", False)))
 
     @staticmethod
     def gpu_expr(node: Node, graph: Graph) -> str | None:
@@ -290,7 +324,7 @@ class Gelu(_Unary):
 class HardSwish(_Unary):
     name = "HARD_SWISH"
     expr = "a * clamp(a + SPLAT(3.0f), 0.0f, 6.0f) / SPLAT(6.0f)"
-    compute = staticmethod(lambda x, attrs: hard_swish(x))
+    compute = staticmethod(_unary(hard_swish))
 
     @classmethod
     def table(cls, node: Node, qi: tuple[float, int], qo: tuple[float, int], dtype: np.dtype) -> np.ndarray:
@@ -301,7 +335,7 @@ class HardSwish(_Unary):
 class Sign(_Unary):
     name, ints = "SIGN", True
     expr = "sign(a)"
-    compute = staticmethod(lambda x, attrs: np.sign(x))
+    compute = staticmethod(_unary(np.sign))
 
 
 class _ReluX(_Unary):
@@ -421,7 +455,10 @@ class Cast(Op):
                     "the GPU")
         return True
 
-    gpu_expr = staticmethod(lambda node, graph: "a")
+    @staticmethod
+    def gpu_expr(node: Node, graph: Graph) -> str | None:
+        return "a"
+
     lower = staticmethod(lower_elementwise)
 
 
@@ -519,7 +556,7 @@ def _act_range(node: Node, ty: Tensor) -> tuple[int, int]:
 class Add(_Binary):
     name, fused = "ADD", True
     expr = "a + b"
-    compute = staticmethod(lambda node, a, b: np.add(a, b))
+    compute = staticmethod(_binary(np.add))
 
     @classmethod
     def run_quantized(cls, node: Node, a: np.ndarray, b: np.ndarray, qa: tuple[float, int], qb: tuple[float, int],
@@ -534,14 +571,14 @@ class Add(_Binary):
 class Sub(Add):
     name = "SUB"
     expr = "a - b"
-    compute = staticmethod(lambda node, a, b: np.subtract(a, b))
+    compute = staticmethod(_binary(np.subtract))
 
 
 @register
 class Mul(_Binary):
     name, fused = "MUL", True
     expr = "a * b"
-    compute = staticmethod(lambda node, a, b: np.multiply(a, b))
+    compute = staticmethod(_binary(np.multiply))
 
     @classmethod
     def run_quantized(cls, node: Node, a: np.ndarray, b: np.ndarray, qa: tuple[float, int], qb: tuple[float, int],
@@ -590,14 +627,14 @@ class _MinMax(_Binary):
 class Maximum(_MinMax):
     name = "MAXIMUM"
     expr = "max(a, b)"
-    compute = staticmethod(lambda node, a, b: np.maximum(a, b))
+    compute = staticmethod(_binary(np.maximum))
 
 
 @register
 class Minimum(_MinMax):
     name = "MINIMUM"
     expr = "min(a, b)"
-    compute = staticmethod(lambda node, a, b: np.minimum(a, b))
+    compute = staticmethod(_binary(np.minimum))
 
 
 @register
@@ -661,37 +698,37 @@ class _Compare(_Binary):
 @register
 class Equal(_Compare):
     name = "EQUAL"
-    compute = staticmethod(lambda node, a, b: np.equal(a, b))
+    compute = staticmethod(_binary(np.equal))
 
 
 @register
 class NotEqual(_Compare):
     name = "NOT_EQUAL"
-    compute = staticmethod(lambda node, a, b: np.not_equal(a, b))
+    compute = staticmethod(_binary(np.not_equal))
 
 
 @register
 class Greater(_Compare):
     name, bools = "GREATER", False
-    compute = staticmethod(lambda node, a, b: np.greater(a, b))
+    compute = staticmethod(_binary(np.greater))
 
 
 @register
 class GreaterEqual(_Compare):
     name, bools = "GREATER_EQUAL", False
-    compute = staticmethod(lambda node, a, b: np.greater_equal(a, b))
+    compute = staticmethod(_binary(np.greater_equal))
 
 
 @register
 class Less(_Compare):
     name, bools = "LESS", False
-    compute = staticmethod(lambda node, a, b: np.less(a, b))
+    compute = staticmethod(_binary(np.less))
 
 
 @register
 class LessEqual(_Compare):
     name, bools = "LESS_EQUAL", False
-    compute = staticmethod(lambda node, a, b: np.less_equal(a, b))
+    compute = staticmethod(_binary(np.less_equal))
 
 
 class _Logical(_Binary):
@@ -701,13 +738,13 @@ class _Logical(_Binary):
 @register
 class LogicalAnd(_Logical):
     name = "LOGICAL_AND"
-    compute = staticmethod(lambda node, a, b: np.logical_and(a, b))
+    compute = staticmethod(_binary(np.logical_and))
 
 
 @register
 class LogicalOr(_Logical):
     name = "LOGICAL_OR"
-    compute = staticmethod(lambda node, a, b: np.logical_or(a, b))
+    compute = staticmethod(_binary(np.logical_or))
 
 
 # -- the rest -------------------------------------------------------------------------------------------
@@ -750,7 +787,11 @@ class Prelu(Op):
         return [np.where(v >= 0, pos, neg).astype(ty.dtype)]
 
     gpu_support = staticmethod(_not_all_const)
-    gpu_expr = staticmethod(lambda node, graph: "SELECT4(a * b, a, GE4(a, SPLAT(0.0f)))")
+
+    @staticmethod
+    def gpu_expr(node: Node, graph: Graph) -> str | None:
+        return "SELECT4(a * b, a, GE4(a, SPLAT(0.0f)))"
+
     lower = staticmethod(lower_elementwise)
 
 

@@ -63,8 +63,14 @@ class Quantize(Op):
         return [requantize_q(x, quant_of(node, tx).scalar(), quant_of(node, ty).scalar(), ty.dtype)]
 
     # the GpuDelegate has already refused what the GPU path cannot hold (16-bit, per-channel outputs)
-    gpu_support = staticmethod(lambda node, graph: True)
-    gpu_expr = staticmethod(lambda node, graph: "a")
+    @staticmethod
+    def gpu_support(node: Node, graph: Graph) -> bool | str:
+        return True
+
+    @staticmethod
+    def gpu_expr(node: Node, graph: Graph) -> str | None:
+        return "a"
+
     lower = staticmethod(lower_elementwise)
 
 
@@ -100,8 +106,14 @@ class Dequantize(Op):
         return [dequantize_tensor(required(node, inputs, 0), graph.tensors[t])]
 
     # a constant input is folded; any other input the GpuDelegate let through is already a float there
-    gpu_support = staticmethod(lambda node, graph: True)
-    gpu_expr = staticmethod(lambda node, graph: "a")
+    @staticmethod
+    def gpu_support(node: Node, graph: Graph) -> bool | str:
+        return True
+
+    @staticmethod
+    def gpu_expr(node: Node, graph: Graph) -> str | None:
+        return "a"
+
     lower = staticmethod(lower_elementwise)
 
 
