@@ -6,6 +6,8 @@ result on the graph, so every user of that constant (CPU kernels, GPU lowering) 
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from ..errors import ModelError
@@ -59,7 +61,7 @@ def densified(graph: Graph, t: int, where: str) -> np.ndarray:
     return graph.prepared(("densified", t), make)
 
 
-def densify(values: np.ndarray, shape: tuple[int, ...], sparsity: dict, what: str) -> np.ndarray:
+def densify(values: np.ndarray, shape: tuple[int, ...], sparsity: dict[str, Any], what: str) -> np.ndarray:
     """TFLite's FormatConverter::SparseToDense.
 
     The sparse tensor is a tree walked in ``traversal_order``: the first ``len(shape)`` levels are a

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import ClassVar, Protocol
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
@@ -57,7 +57,7 @@ _ACT = "fused_activation_function"
 # The signatures of _Unary.compute and _Binary.compute, for the helpers that make them (a Callable type cannot
 # name the parameters, and an override must keep their names).
 class _UnaryCompute(Protocol):
-    def __call__(self, x: np.ndarray, attrs: dict) -> np.ndarray: ...
+    def __call__(self, x: np.ndarray, attrs: dict[str, Any]) -> np.ndarray: ...
 
 
 class _BinaryCompute(Protocol):
@@ -66,7 +66,7 @@ class _BinaryCompute(Protocol):
 
 def _unary(fn: Callable[[np.ndarray], np.ndarray]) -> _UnaryCompute:
     """A unary op's ``compute`` that is ``fn`` of the input (no attribute matters)."""
-    def compute(x: np.ndarray, attrs: dict) -> np.ndarray:
+    def compute(x: np.ndarray, attrs: dict[str, Any]) -> np.ndarray:
         return fn(x)
     return compute
 
@@ -152,7 +152,7 @@ class _Unary(Op):
     lower = staticmethod(lower_elementwise)
 
     @staticmethod
-    def compute(x: np.ndarray, attrs: dict) -> np.ndarray:
+    def compute(x: np.ndarray, attrs: dict[str, Any]) -> np.ndarray:
         raise NotImplementedError
 
     @classmethod
@@ -251,7 +251,7 @@ class Rsqrt(_Unary):
     expr = "SPLAT(1.0f) / sqrt(a)"
 
     @staticmethod
-    def compute(x: np.ndarray, attrs: dict) -> np.ndarray:
+    def compute(x: np.ndarray, attrs: dict[str, Any]) -> np.ndarray:
         return 1 / np.sqrt(x)
 
 
@@ -279,7 +279,7 @@ class Square(_Unary):
     expr = "a * a"
 
     @staticmethod
-    def compute(x: np.ndarray, attrs: dict) -> np.ndarray:
+    def compute(x: np.ndarray, attrs: dict[str, Any]) -> np.ndarray:
         return x * x
 
 
@@ -309,7 +309,7 @@ class Gelu(_Unary):
     name = "GELU"
 
     @staticmethod
-    def compute(x: np.ndarray, attrs: dict) -> np.ndarray:
+    def compute(x: np.ndarray, attrs: dict[str, Any]) -> np.ndarray:
         return gelu(x, bool(attrs.get("approximate", False)))
 
     @staticmethod
@@ -349,7 +349,7 @@ class _ReluX(_Unary):
         return f"clamp(a, {literal(cls.low)}, {literal(cls.high)})"
 
     @classmethod
-    def compute(cls, x: np.ndarray, attrs: dict) -> np.ndarray:
+    def compute(cls, x: np.ndarray, attrs: dict[str, Any]) -> np.ndarray:
         return np.clip(x, cls.low, cls.high).astype(x.dtype)
 
     @classmethod
@@ -382,7 +382,7 @@ class LeakyRelu(_Unary):
     name = "LEAKY_RELU"
 
     @staticmethod
-    def compute(x: np.ndarray, attrs: dict) -> np.ndarray:
+    def compute(x: np.ndarray, attrs: dict[str, Any]) -> np.ndarray:
         alpha = np.asarray(attrs.get("alpha", 0.2), x.dtype)
         return np.where(x > 0, x, x * alpha).astype(x.dtype)
 
