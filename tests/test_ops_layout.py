@@ -348,3 +348,31 @@ def test_depth_to_space_and_back(bs, c, dtype, q):
     big = [2, 3 * bs, 2 * bs, c]
     same_as_litert(model("DEPTH_TO_SPACE", [In(small, dtype, q)], [big], dtype, q, block_size=bs))
     same_as_litert(model("SPACE_TO_DEPTH", [In(big, dtype, q)], [small], dtype, q, block_size=bs))
+
+
+# -- omitted inputs -----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("op,ins,omit,out,opts", [
+    ("RESHAPE", [In([2, 3]), np.array([6], I32)], 0, [6], {}),
+    ("SQUEEZE", [In([2, 1])], 0, [2], {}),
+    ("EXPAND_DIMS", [In([2, 3]), np.array([0], I32)], 1, [1, 2, 3], {}),
+    ("SPLIT", [np.array(0, I32), In([4, 3])], 0, [4, 3], {"num_splits": 1}),
+    ("SLICE", [In([4, 3]), np.array([0, 0], I32), np.array([2, 3], I32)], 1, [2, 3], {}),
+    ("TILE", [In([2, 3]), np.array([1, 2], I32)], 1, [2, 6], {}),
+    ("PAD", [In([2, 3]), np.zeros((2, 2), I32)], 1, [2, 3], {}),
+])
+def test_omitted_input_names_the_node(op, ins, omit, out, opts):
+    # the load check counts inputs but lets one be omitted (-1); the op needs it to infer or run
+    mb = ModelBuilder()
+    ids = [mb.input(f"x{k}", s.shape, s.dtype) if isinstance(s, In) else mb.const(f"c{k}", s)
+           for k, s in enumerate(ins)]
+    ids[omit] = -1
+    y = mb.tensor("y", out, np.float32)
+    mb.op(op, ids, [y], **opts)
+    mb.output(y)
+    with pytest.raises(gd.ModelError, match=rf"node 0 \({op}\): input {omit} is omitted, but {op} needs it"):
+        it = gd.Interpreter(model_content=mb.build())
+        it.allocate_tensors()
+        for d in it.get_input_details():
+            it.set_tensor(d["index"], np.ones(d["shape"], np.float32))
+        it.invoke()

@@ -218,3 +218,15 @@ def test_bad_axis_names_the_node():
     content = op_model("MEAN", [T((2, 3)), axis_const([2])], [T((2,))])
     with pytest.raises(gd.ModelError, match=r"node 0 \(MEAN\).*axis 2 is out of range"):
         gd.Interpreter(model_content=content)
+
+
+@pytest.mark.parametrize("op", ["MEAN", "SUM", "REDUCE_MAX"])
+def test_quantized_input_unquantized_output_names_the_tensor(op):
+    # the load check accepts an int8 output without quantization next to a quantized int8 input; running it
+    # needs the output's scale, and the error names the tensor that lacks one
+    content = op_model(op, [T((2, 3), np.int8, q=(0.5, 1)), axis_const([1])], [T((2,), np.int8)])
+    it = gd.Interpreter(model_content=content)
+    it.allocate_tensors()
+    it.set_tensor(it.get_input_details()[0]["index"], np.ones((2, 3), np.int8))
+    with pytest.raises(gd.ModelError, match=rf"node 0 \({op}\): tensor \d+ \('y0'\) is int8 without quantization"):
+        it.invoke()

@@ -25,7 +25,7 @@ import os
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager, nullcontext
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -96,8 +96,9 @@ class _OpenBLAS:
     """openblas_{get,set}_num_threads of the OpenBLAS that numpy loaded, found through ctypes; absent when
     numpy uses another BLAS or the platform has no /proc/self/maps."""
 
-    def __init__(self):
-        self.get = self.set = None
+    def __init__(self) -> None:
+        self.get: Callable[[], int] | None = None
+        self.set: Callable[[int], None] | None = None
         self.lock = threading.Lock()
         self.depth = 0
         self.saved = 1
@@ -124,13 +125,14 @@ class _OpenBLAS:
     @contextmanager
     def serial(self) -> Iterator[None]:
         """One BLAS thread inside the block, the previous count restored after the last nested exit."""
-        if self.set is None:
+        get, put = self.get, self.set
+        if get is None or put is None:
             yield
             return
         with self.lock:
             if self.depth == 0:
-                self.saved = self.get()
-                self.set(1)
+                self.saved = get()
+                put(1)
             self.depth += 1
         try:
             yield
@@ -138,7 +140,7 @@ class _OpenBLAS:
             with self.lock:
                 self.depth -= 1
                 if self.depth == 0:
-                    self.set(self.saved)
+                    put(self.saved)
 
 
 _openblas: _OpenBLAS | None = None
@@ -150,11 +152,11 @@ _POOL_NAME = "gpu_delegate-cpu"
 def _resources() -> tuple[_OpenBLAS, ThreadPoolExecutor]:
     global _openblas, _pool
     with _setup_lock:
-        if _pool is None:
+        if _openblas is None or _pool is None:
             _openblas = _OpenBLAS()
             workers = max(1, (os.cpu_count() or 1) - 1)
             _pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=_POOL_NAME)
-    return _openblas, _pool
+        return _openblas, _pool
 
 
 def _forget_after_fork() -> None:
@@ -167,7 +169,7 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_after_fork)
 
 
-def split_rows(part: Callable[[int, int], None], rows: int, work: int, blas: bool = False) -> None:
+def split_rows(part: Callable[[int, int], object], rows: int, work: int, blas: bool = False) -> None:
     """Run part(r0, r1) on contiguous blocks covering [0, rows): one block per thread (fewer when the
     ``work`` is small), block 0 on the calling thread. ``blas``: the part calls BLAS; when OpenBLAS's
     thread count cannot be set, such work stays in one block and BLAS threads it its own way."""
@@ -188,7 +190,7 @@ def split_rows(part: Callable[[int, int], None], rows: int, work: int, blas: boo
                 f.result()
 
 
-def serial_blas():
+def serial_blas() -> AbstractContextManager[None]:
     """A context in which BLAS uses one thread (for ops too small to split)."""
     return _resources()[0].serial()
 
@@ -196,7 +198,8 @@ def serial_blas():
 # -- numba kernels (nogil: blocks of rows run on several threads at once) -----------------------------------
 
 @numba.njit(cache=True, nogil=True)
-def _im2col(x, c0, cg, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, r0, r1, pad_value, out):
+def _im2col(x: np.ndarray, c0: int, cg: int, kh: int, kw: int, sh: int, sw: int, dh: int, dw: int, pt: int,
+            pl: int, oh: int, ow: int, r0: int, r1: int, pad_value: np.float32, out: np.ndarray) -> None:
     """For output rows r0..r1 (r = b * oh + oy): out[(r - r0) * ow + ox, (ky, kx, c)] =
     x[b, oy*sh - pt + ky*dh, ox*sw - pl + kx*dw, c0 + c], pad_value outside the input."""
     _, h, w, _ = x.shape
@@ -225,7 +228,7 @@ def _im2col(x, c0, cg, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, r0, r1, pad_value
 
 
 @numba.njit(cache=True, nogil=True)
-def _bias_act(y, bias, lo, hi):
+def _bias_act(y: np.ndarray, bias: np.ndarray, lo: np.float32, hi: np.float32) -> None:
     """y = clamp(y + bias, lo, hi) in place, y of shape (rows, channels)."""
     rows, ch = y.shape
     for r in range(rows):
@@ -235,7 +238,8 @@ def _bias_act(y, bias, lo, hi):
 
 
 @numba.njit(cache=True, nogil=True, fastmath={"contract"})
-def _depthwise(x, w, bias, sh, sw, dh, dw, pt, pl, lo, hi, r0, r1, out):
+def _depthwise(x: np.ndarray, w: np.ndarray, bias: np.ndarray, sh: int, sw: int, dh: int, dw: int, pt: int, pl: int,
+               lo: np.float32, hi: np.float32, r0: int, r1: int, out: np.ndarray) -> None:
     """out[b, oy, ox, c] = clamp(bias[c] + sum over (ky, kx) of x[b, iy, ix, c] * w[ky, kx, c], lo, hi)
     for the output rows r0..r1 (r = b * oh + oy).
 
@@ -258,7 +262,8 @@ def _depthwise(x, w, bias, sh, sw, dh, dw, pt, pl, lo, hi, r0, r1, out):
 
 
 @numba.njit(cache=True, nogil=True, fastmath={"contract"})
-def _depthwise_rows(x, w, bias, sh, sw, dh, dw, pt, pl, r0, r1, out):
+def _depthwise_rows(x: np.ndarray, w: np.ndarray, bias: np.ndarray, sh: int, sw: int, dh: int, dw: int, pt: int,
+                    pl: int, r0: int, r1: int, out: np.ndarray) -> None:
     """Any filter size: one output row at a time, tap by tap, accumulating in the output row."""
     _, h, wd, ch = x.shape
     oh, ow = out.shape[1], out.shape[2]
@@ -288,7 +293,8 @@ def _depthwise_rows(x, w, bias, sh, sw, dh, dw, pt, pl, r0, r1, out):
 
 
 @numba.njit(cache=True, nogil=True, fastmath={"contract"})
-def _depthwise_3x3(x, w, bias, sh, sw, dh, dw, pt, pl, r0, r1, out):
+def _depthwise_3x3(x: np.ndarray, w: np.ndarray, bias: np.ndarray, sh: int, sw: int, dh: int, dw: int, pt: int,
+                   pl: int, r0: int, r1: int, out: np.ndarray) -> None:
     """3x3 filters (nearly all of them): pixels whose window lies inside the input sum their nine taps in
     registers; the border pixels go tap by tap."""
     _, h, wd, ch = x.shape
@@ -321,7 +327,8 @@ def _depthwise_3x3(x, w, bias, sh, sw, dh, dw, pt, pl, r0, r1, out):
 
 
 @numba.njit(cache=True, nogil=True, fastmath={"contract"})
-def _depthwise_pixels(x, w, bias, b, oy, ox_lo, ox_hi, sh, sw, dh, dw, pt, pl, acc):
+def _depthwise_pixels(x: np.ndarray, w: np.ndarray, bias: np.ndarray, b: int, oy: int, ox_lo: int, ox_hi: int,
+                      sh: int, sw: int, dh: int, dw: int, pt: int, pl: int, acc: np.ndarray) -> None:
     """Output pixels ox_lo..ox_hi of row (b, oy), skipping the taps that fall outside the input."""
     h, wd, ch = x.shape[1], x.shape[2], x.shape[3]
     kh, kw = w.shape[0], w.shape[1]
@@ -344,7 +351,8 @@ def _depthwise_pixels(x, w, bias, b, oy, ox_lo, ox_hi, sh, sw, dh, dw, pt, pl, a
 
 
 @numba.njit(cache=True, nogil=True)
-def _requantize(acc, corr, multiplier, right, mask, zero_point, qmin, qmax, out):
+def _requantize(acc: np.ndarray, corr: np.ndarray, multiplier: np.ndarray, right: np.ndarray, mask: np.ndarray,
+                zero_point: int, qmin: int, qmax: int, out: np.ndarray) -> None:
     """out = clamp(zp + MultiplyByQuantizedMultiplier(acc + corr[c], m[c], shift[c]), qmin, qmax) for an
     integer-valued float acc.
 

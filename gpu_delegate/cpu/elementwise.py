@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 import numba
 import numpy as np
+from numpy.typing import ArrayLike
 
 from ..graph import ACT_RELU, ACT_RELU6, ACT_RELU_N1_TO_1
 from .quant import INT32_MAX, INT32_MIN, dtype_range, multiply_by_quantized_multiplier, quantize_multiplier
@@ -20,7 +21,7 @@ from .quant import INT32_MAX, INT32_MIN, dtype_range, multiply_by_quantized_mult
 # Serial on purpose, like requantize: ~1 ns an element, while a numba parallel region (OpenMP layer) was
 # seen to cost 8 ms when other processes kept both cores busy (int8 MobileNetV2's ADDs: 190 ms an invoke).
 @numba.njit(cache=True)
-def _rescale(x, multiplier, shift, offset, lo, hi, out):
+def _rescale(x: np.ndarray, multiplier: int, shift: int, offset: int, lo: int, hi: int, out: np.ndarray) -> None:
     for i in range(x.size):
         v = multiply_by_quantized_multiplier(x[i], multiplier, shift) + offset
         out[i] = min(max(v, lo), hi)
@@ -35,14 +36,14 @@ def rescale(x: np.ndarray, multiplier: int, shift: int, offset: int = 0, lo: int
     return out.reshape(np.shape(x))
 
 
-def round_half_away(x: np.ndarray) -> np.ndarray:
+def round_half_away(x: ArrayLike) -> np.ndarray:
     """C's round(): halves go away from zero (numpy's round goes to even). In float64, where x + 0.5 is
     exact for any float32 x."""
     x = np.asarray(x, np.float64)
     return np.where(x >= 0, np.floor(x + 0.5), np.ceil(x - 0.5))
 
 
-def f32(x: float) -> np.float32:
+def f32(x: float | np.floating) -> np.float32:
     """A float32 scalar: TFLite computes many multipliers in float, not double, and we must round alike."""
     return np.float32(x)
 
@@ -203,7 +204,7 @@ def hard_swish(x: np.ndarray) -> np.ndarray:
 
 
 @numba.njit(cache=True)
-def _gelu_exact(x, out):
+def _gelu_exact(x: np.ndarray, out: np.ndarray) -> None:
     for i in range(x.size):
         v = np.float64(x[i])
         out[i] = 0.5 * v * (1.0 + math.erf(v * 0.7071067811865476))

@@ -38,7 +38,8 @@ def gather(params: np.ndarray, indices: np.ndarray, axis: int, batch_dims: int) 
     return g.reshape(batch_shape + params.shape[batch_dims:axis] + indices.shape[batch_dims:] + inner_shape)
 
 
-def one_hot(indices: np.ndarray, depth: int, on, off, axis: int, dtype: np.dtype) -> np.ndarray:
+def one_hot(indices: np.ndarray, depth: int, on: np.generic, off: np.generic, axis: int,
+            dtype: np.dtype) -> np.ndarray:
     hot = indices[..., None].astype(np.int64) == np.arange(depth, dtype=np.int64)
     out = np.where(hot, np.asarray(on, dtype), np.asarray(off, dtype)).astype(dtype)
     return np.moveaxis(out, -1, axis)

@@ -40,7 +40,15 @@ def _normalize(x: np.ndarray) -> np.ndarray:
     return (x - mean) / np.sqrt(var + np.float32(1e-8))
 
 
-def _gate(pre: dict, g: int, cell: np.ndarray, peephole: dict, norm: dict) -> np.ndarray:
+def _given(weight: np.ndarray | None, what: str, gate: int) -> np.ndarray:
+    """A weight of a gate in use, which the op's check() requires."""
+    if weight is None:
+        raise ValueError(f"the {what} of gate {gate} are omitted")
+    return weight
+
+
+def _gate(pre: dict[int, np.ndarray], g: int, cell: np.ndarray, peephole: dict[int, np.ndarray],
+          norm: dict[int, tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
     """Gate g's pre-activation: matmul part, plus peephole, then layer norm and bias if the model has them."""
     v = pre[g]
     if g in peephole:
@@ -72,8 +80,9 @@ def lstm_sequence(x: np.ndarray, w: LstmWeights, h: np.ndarray, c: np.ndarray, a
     rec = np.concatenate([w.recurrent_w[g] for g in gates]).astype(f32)
     if not w.diagonal_recurrent:
         rec = np.ascontiguousarray(rec.T)  # [n_output, gates * n_cell]
-    peephole = {g: np.asarray(w.peephole[g], f32) for g in gates if w.peephole[g] is not None}
-    norm = {g: (np.asarray(w.layer_norm[g], f32), np.asarray(w.bias[g], f32)) for g in gates} if layer_norm else {}
+    peephole = {g: np.asarray(p, f32) for g in gates if (p := w.peephole[g]) is not None}
+    norm = {g: (np.asarray(_given(w.layer_norm[g], "layer-norm coefficients", g), f32),
+                np.asarray(_given(w.bias[g], "bias", g), f32)) for g in gates} if layer_norm else {}
     proj_w = None if w.projection_w is None else np.ascontiguousarray(w.projection_w.astype(f32).T)
     proj_b = None if w.projection_b is None else w.projection_b.astype(f32)
     outputs = np.empty((x.shape[0], x.shape[1], h.shape[1]), f32)

@@ -56,11 +56,11 @@ def inv_sqrt_multiplier(x: int) -> tuple[int, int]:
     half_three = (1 << 28) + (1 << 27)  # 1.5 in Q3
     y = 1 << 28  # 1.0 in Q3: the starting guess
     for _ in range(5):
-        cube = _saturating_shift_left(saturating_rounding_doubling_high_mul(
-            saturating_rounding_doubling_high_mul(y, y), y), 6)
-        y = _saturating_shift_left(_wrap32(saturating_rounding_doubling_high_mul(half_three, y)
-                                           - saturating_rounding_doubling_high_mul(half_input, cube)), 3)
-    y = saturating_rounding_doubling_high_mul(y, 1518500250)  # times sqrt(2) / 2 in Q0
+        cube = _saturating_shift_left(int(saturating_rounding_doubling_high_mul(
+            int(saturating_rounding_doubling_high_mul(y, y)), y)), 6)
+        y = _saturating_shift_left(_wrap32(int(saturating_rounding_doubling_high_mul(half_three, y))
+                                           - int(saturating_rounding_doubling_high_mul(half_input, cube))), 3)
+    y = int(saturating_rounding_doubling_high_mul(y, 1518500250))  # times sqrt(2) / 2 in Q0
     if shift < 0:
         y <<= -shift
         shift = 0

@@ -15,7 +15,8 @@ MAX, AVERAGE, SUM = 0, 1, 2
 
 
 @numba.njit(cache=True, nogil=True)
-def _pool(x, kh, kw, sh, sw, pt, pl, mode, lo, hi, r0, r1, out):
+def _pool(x: np.ndarray, kh: int, kw: int, sh: int, sw: int, pt: int, pl: int, mode: int, lo: np.float32,
+          hi: np.float32, r0: int, r1: int, out: np.ndarray) -> None:
     """Max, average or sum over the window's pixels that lie inside the input (TFLite counts only those),
     then clamp to [lo, hi]; output rows r0..r1 (r = b * oh + oy)."""
     _, h, w, ch = x.shape

@@ -9,8 +9,12 @@ import math
 
 import numba
 import numpy as np
+from numpy.typing import ArrayLike
 
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+
+# a scalar of the numba helpers below: a Python int outside numba, an int64 inside (all of numba's integers)
+Int64 = int | np.int64
 
 
 def quantize_multiplier(real: float) -> tuple[int, int]:
@@ -35,7 +39,7 @@ def quantize_multipliers(reals: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 @numba.njit(cache=True, inline="always")
-def saturating_rounding_doubling_high_mul(a: int, b: int) -> int:
+def saturating_rounding_doubling_high_mul(a: Int64, b: Int64) -> Int64:
     if a == INT32_MIN and b == INT32_MIN:
         return INT32_MAX
     ab = np.int64(a) * np.int64(b)
@@ -46,7 +50,7 @@ def saturating_rounding_doubling_high_mul(a: int, b: int) -> int:
 
 
 @numba.njit(cache=True, inline="always")
-def rounding_divide_by_pot(x: int, exponent: int) -> int:
+def rounding_divide_by_pot(x: Int64, exponent: Int64) -> Int64:
     mask = np.int64((1 << exponent) - 1)
     remainder = x & mask
     threshold = (mask >> 1) + (1 if x < 0 else 0)
@@ -54,7 +58,7 @@ def rounding_divide_by_pot(x: int, exponent: int) -> int:
 
 
 @numba.njit(cache=True, inline="always")
-def multiply_by_quantized_multiplier(x: int, multiplier: int, shift: int) -> int:
+def multiply_by_quantized_multiplier(x: Int64, multiplier: Int64, shift: Int64) -> Int64:
     left = max(0, shift)
     right = 0 if shift > 0 else -shift
     return rounding_divide_by_pot(saturating_rounding_doubling_high_mul(x * (1 << left), multiplier), right)
@@ -95,7 +99,8 @@ def activation_range(code: int, scale: float, zero_point: int, dtype: np.dtype) 
     return qmin, qmax
 
 
-def quantize(x: np.ndarray, scale, zero_point, dtype: np.dtype, axis: int | None = None) -> np.ndarray:
+def quantize(x: np.ndarray, scale: ArrayLike, zero_point: ArrayLike, dtype: np.dtype,
+             axis: int | None = None) -> np.ndarray:
     """Float -> integer, rounding half away from zero as TFLite does, saturating."""
     qmin, qmax = dtype_range(dtype)
     scale = np.asarray(scale, np.float32)
@@ -117,7 +122,7 @@ def quantize(x: np.ndarray, scale, zero_point, dtype: np.dtype, axis: int | None
 
 
 @numba.njit(cache=True)
-def _quantize_flat(x, scale, zero_point, qmin, qmax, out):
+def _quantize_flat(x: np.ndarray, scale: np.float32, zero_point: int, qmin: int, qmax: int, out: np.ndarray) -> None:
     for i in range(x.size):
         e = x[i] / scale  # float32, as numpy's path above
         t = np.float32(np.trunc(e))
@@ -128,7 +133,7 @@ def _quantize_flat(x, scale, zero_point, qmin, qmax, out):
         out[i] = min(max(v + zero_point, qmin), qmax)
 
 
-def dequantize(q: np.ndarray, scale, zero_point, axis: int | None = None) -> np.ndarray:
+def dequantize(q: np.ndarray, scale: ArrayLike, zero_point: ArrayLike, axis: int | None = None) -> np.ndarray:
     scale = np.asarray(scale, np.float32)
     zero_point = np.asarray(zero_point, np.int64)
     if scale.size == 1:  # one pass instead of numpy's four (this runs at every int8 model's input)
@@ -144,6 +149,6 @@ def dequantize(q: np.ndarray, scale, zero_point, axis: int | None = None) -> np.
 
 
 @numba.njit(cache=True)
-def _dequantize_flat(q, scale, zero_point, out):
+def _dequantize_flat(q: np.ndarray, scale: np.float64, zero_point: int, out: np.ndarray) -> None:
     for i in range(q.size):
         out[i] = np.float32((np.int64(q[i]) - zero_point) * scale)  # int64, then float64, as numpy's path

@@ -6,6 +6,8 @@ result on the graph, so every user of that constant (CPU kernels, GPU lowering) 
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from ..errors import ModelError
@@ -28,13 +30,18 @@ def dequantize_tensor(x: np.ndarray, t: Tensor) -> np.ndarray:
     if x.dtype == np.float16:
         return x.astype(np.float32)
     q = t.quant
+    if q is None:  # the op's check() requires quantization parameters of a non-float16 input
+        raise ModelError(f"tensor {t.index} ({t.name!r}) is {t.dtype} without quantization parameters")
     return dequantize(x, q.scale, q.zero_point, q.axis if q.per_channel else None)
 
 
 def dequantized(graph: Graph, t: int) -> np.ndarray:
     """The float32 contents of constant tensor ``t`` (quantized or float16), computed once per graph."""
     def make() -> np.ndarray:
-        out = dequantize_tensor(graph.tensors[t].data, graph.tensors[t])
+        tensor = graph.tensors[t]
+        if tensor.data is None:  # callers ask for constants only
+            raise ModelError(f"tensor {t} ({tensor.name!r}) is not a constant")
+        out = dequantize_tensor(tensor.data, tensor)
         out.flags.writeable = False
         return out
     return graph.prepared(("dequantized", t), make)
@@ -45,14 +52,16 @@ def densified(graph: Graph, t: int, where: str) -> np.ndarray:
     node for error messages."""
     def make() -> np.ndarray:
         tensor = graph.tensors[t]
-        out = densify(np.asarray(tensor.data).reshape(-1).view(tensor.dtype), tensor.shape, tensor.sparsity,
-                      f"{where}: tensor {t} ({tensor.name!r})")
+        what = f"{where}: tensor {t} ({tensor.name!r})"
+        if tensor.sparsity is None:  # DENSIFY's check() requires a sparse constant
+            raise ModelError(f"{what} has no sparsity parameters")
+        out = densify(np.asarray(tensor.data).reshape(-1).view(tensor.dtype), tensor.shape, tensor.sparsity, what)
         out.flags.writeable = False
         return out
     return graph.prepared(("densified", t), make)
 
 
-def densify(values: np.ndarray, shape: tuple[int, ...], sparsity: dict, what: str) -> np.ndarray:
+def densify(values: np.ndarray, shape: tuple[int, ...], sparsity: dict[str, Any], what: str) -> np.ndarray:
     """TFLite's FormatConverter::SparseToDense.
 
     The sparse tensor is a tree walked in ``traversal_order``: the first ``len(shape)`` levels are a

@@ -47,7 +47,8 @@ def sum_q(x: np.ndarray, axes: tuple[int, ...], keep: bool, qi: tuple[float, int
 
 
 @numba.njit(cache=True)
-def _softmax_lut(x, table, out_scale, zero_point, lo, hi, half_up, out):
+def _softmax_lut(x: np.ndarray, table: np.ndarray, out_scale: np.float32, zero_point: int, lo: int, hi: int,
+                 half_up: bool, out: np.ndarray) -> None:
     rows, n = x.shape
     for r in range(rows):
         mx = x[r, 0]

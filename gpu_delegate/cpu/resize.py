@@ -20,7 +20,8 @@ def _scale(in_size: int, out_size: int, align_corners: bool) -> np.float32:
     return np.float32(in_size) / np.float32(out_size)
 
 
-def bilinear_coords(in_size: int, out_size: int, align_corners: bool, half_pixel: bool):
+def bilinear_coords(in_size: int, out_size: int, align_corners: bool,
+                    half_pixel: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(lower index, upper index, weight of the upper one) per output position, in float32 like TFLite's
     ComputeInterpolationValues. The weight may fall outside [0, 1] at a clamped border; lower == upper there,
     so the two weights still add up to one."""
@@ -37,7 +38,8 @@ def _c_div(a: np.ndarray, b: int) -> np.ndarray:
     return np.sign(a) * (np.abs(a) // b)
 
 
-def bilinear_coords_fixed(in_size: int, out_size: int, align_corners: bool, half_pixel: bool):
+def bilinear_coords_fixed(in_size: int, out_size: int, align_corners: bool,
+                          half_pixel: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """TFLite's ComputeInterpolationValuesInteger: positions with 10 fractional bits."""
     if align_corners and out_size > 1:
         scale = ((1 << 10) * (in_size - 1) + (out_size - 1) // 2) // (out_size - 1)
@@ -51,7 +53,8 @@ def bilinear_coords_fixed(in_size: int, out_size: int, align_corners: bool, half
 
 
 @numba.njit(cache=True, parallel=True)
-def _bilinear_float(x, y0, y1, wy, x0, x1, wx, out):
+def _bilinear_float(x: np.ndarray, y0: np.ndarray, y1: np.ndarray, wy: np.ndarray, x0: np.ndarray, x1: np.ndarray,
+                    wx: np.ndarray, out: np.ndarray) -> None:
     batches, _, _, channels = x.shape
     out_h, out_w = y0.size, x0.size
     one = np.float32(1.0)
@@ -70,7 +73,8 @@ def _bilinear_float(x, y0, y1, wy, x0, x1, wx, out):
 
 
 @numba.njit(cache=True, parallel=True)
-def _bilinear_fixed(x, y0, y1, wy, x0, x1, wx, out):
+def _bilinear_fixed(x: np.ndarray, y0: np.ndarray, y1: np.ndarray, wy: np.ndarray, x0: np.ndarray, x1: np.ndarray,
+                    wx: np.ndarray, out: np.ndarray) -> None:
     batches, _, _, channels = x.shape
     out_h, out_w = y0.size, x0.size
     one = np.int64(1 << 10)

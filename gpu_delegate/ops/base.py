@@ -19,7 +19,7 @@ All methods are static: an op has no state. Attributes come from ``node.attrs`` 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import ClassVar
+from typing import ClassVar, TypeVar
 
 import numpy as np
 
@@ -27,7 +27,11 @@ from ..errors import KERNEL_FAULTS, DelegateError, ModelError
 from ..graph import Graph, Node
 from ..lowering.context import LowerContext
 
+T = TypeVar("T")
 REGISTRY: dict[str, type[Op]] = {}
+
+# a kernel's compile-time #defines, as LowerContext.kernel takes them
+Defines = dict[str, int | float | str]
 
 
 class Op:
@@ -129,7 +133,7 @@ def broadcast_shape(a: tuple[int, ...], b: tuple[int, ...], node: Node) -> tuple
         raise ModelError(f"{node}: shapes {list(a)} and {list(b)} do not broadcast") from None
 
 
-def with_const(node: Node, graph: Graph, i: int, tag: str, make: Callable[[], object]):
+def with_const(node: Node, graph: Graph, i: int, tag: str, make: Callable[[], T]) -> T:
     """make(), memoized on the graph when input i does not change between invokes (weights, nearly always)."""
     if graph.constant_like(node.inputs[i] if i < len(node.inputs) else -1):
         return graph.prepared((tag, node.index), make)

@@ -3,13 +3,17 @@ tensors. Each raises a ModelError that names the node and what is wrong with it.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import TypeVar
+
 import numpy as np
 
 from ..dtypes import is_quantized_int
 from ..errors import ModelError
-from ..graph import Graph, Node, Tensor
+from ..graph import Graph, Node, Quantization, Tensor
 
 F32, I8, U8, I32 = np.dtype(np.float32), np.dtype(np.int8), np.dtype(np.uint8), np.dtype(np.int32)
+V = TypeVar("V")
 # type names that no kernel computes on
 _UNCOMPUTABLE = ("STRING", "RESOURCE", "VARIANT", "BFLOAT16")
 
@@ -25,9 +29,10 @@ def input_count(node: Node, low: int, high: int | None = None) -> None:
 def const_input(node: Node, graph: Graph, i: int, what: str) -> np.ndarray:
     """The constant data of input ``i``; a ModelError if it is not a constant."""
     t = node.inputs[i] if i < len(node.inputs) else -1
-    if t < 0 or graph.tensors[t].data is None:
+    data = graph.tensors[t].data if t >= 0 else None
+    if data is None:
         raise ModelError(f"{node}: input {i} ({what}) must be a constant tensor")
-    return graph.tensors[t].data
+    return data
 
 
 def arity(node: Node, n_in: int, n_out: int) -> None:
@@ -39,10 +44,39 @@ def arity(node: Node, n_in: int, n_out: int) -> None:
         raise ModelError(f"{node}: expects {n_out} output{'s' if n_out > 1 else ''}, has {len(node.outputs)}")
 
 
+def required(node: Node, values: Sequence[V | None], i: int) -> V:
+    """Input i's value (an array in ``run_cpu``, a shape in ``infer``) for an input the op needs; the
+    interpreter passes None only for an omitted one, which is a ModelError naming the node."""
+    value = values[i]
+    if value is None:
+        raise ModelError(f"{node}: input {i} is omitted, but {node.op} needs it")
+    return value
+
+
+def all_required(node: Node, values: Sequence[V | None]) -> list[V]:
+    """Every input's value, where ``check`` has required all of them (``arity``)."""
+    return [required(node, values, i) for i in range(len(values))]
+
+
+def quant_of(node: Node, t: Tensor) -> Quantization:
+    """``t``'s quantization parameters, where ``check`` has required them."""
+    if t.quant is None:
+        raise ModelError(f"{node}: tensor {t.index} ({t.name!r}) is {t.dtype} without quantization parameters")
+    return t.quant
+
+
 def tensor_of(node: Node, graph: Graph, i: int) -> Tensor | None:
     """Input i's tensor, None when omitted."""
     t = node.inputs[i] if i < len(node.inputs) else -1
     return graph.tensors[t] if t >= 0 else None
+
+
+def required_tensor(node: Node, graph: Graph, i: int) -> Tensor:
+    """Input i's tensor, where ``check`` has made the input required."""
+    t = tensor_of(node, graph, i)
+    if t is None:
+        raise ModelError(f"{node}: input {i} is omitted, but {node.op} needs it")
+    return t
 
 
 def output_of(node: Node, graph: Graph) -> Tensor:

@@ -21,26 +21,42 @@ from ..errors import ModelError
 from ..graph import ACT_SIGN_BIT, ACT_TANH, Graph, Node, Tensor
 from ..lowering.context import LowerContext
 from ..phwc4 import slices, to_rows
-from .base import Op, as_f32, register, with_const
-from .checks import F32, I8, I32, U8, input_count, need_rank, output_of, scalar_quant, tensor_of
+from .base import Defines, Op, as_f32, register, with_const
+from .checks import (
+    F32,
+    I8,
+    I32,
+    U8,
+    input_count,
+    need_rank,
+    output_of,
+    quant_of,
+    required,
+    required_tensor,
+    scalar_quant,
+    tensor_of,
+)
 from .window import act_defines, activation, gpu_check, need_window, window_attrs
 
 FLOAT, HYBRID, QUANT = "float", "hybrid", "quant"
+# a transposed convolution's (output height, width), (pad top, left), (stride h, w)
+Geometry = tuple[tuple[int, int], tuple[int, int], tuple[int, int]]
 
 
 # -- helpers shared by the ops of this family (pool.py uses some) --------------------------------------------
 
 
-def float_bias(node: Node, graph: Graph, inputs: list, i: int) -> np.ndarray | None:
+def float_bias(node: Node, graph: Graph, inputs: list[np.ndarray | None], i: int) -> np.ndarray | None:
     if i >= len(inputs) or inputs[i] is None:
         return None
     return with_const(node, graph, i, "bias_f32", lambda: np.array(inputs[i], np.float32).reshape(-1))
 
 
-def int_bias(inputs: list, i: int, n: int) -> np.ndarray:
-    if i >= len(inputs) or inputs[i] is None:
+def int_bias(inputs: list[np.ndarray | None], i: int, n: int) -> np.ndarray:
+    bias = inputs[i] if i < len(inputs) else None
+    if bias is None:
         return np.zeros(n, np.int64)
-    return inputs[i].reshape(-1).astype(np.int64)
+    return bias.reshape(-1).astype(np.int64)
 
 
 def kind_of(node: Node, x: Tensor, w: Tensor, b: Tensor | None, y: Tensor, out_axis: int,
@@ -82,11 +98,11 @@ def kind_of(node: Node, x: Tensor, w: Tensor, b: Tensor | None, y: Tensor, out_a
     raise ModelError(f"{node}: {x.type_name or x.dtype} input is not supported")
 
 
-def dequantized(node: Node, graph: Graph, inputs: list, i: int) -> np.ndarray:
+def dequantized(node: Node, graph: Graph, inputs: list[np.ndarray | None], i: int) -> np.ndarray:
     """Hybrid weights as float32, dequantized once per model."""
-    q = tensor_of(node, graph, i).quant
-    return with_const(node, graph, i, "dequantized",
-                      lambda: dequantize(inputs[i], q.scale, q.zero_point, q.axis if q.per_channel else None))
+    q = quant_of(node, required_tensor(node, graph, i))
+    return with_const(node, graph, i, "dequantized", lambda: dequantize(
+        required(node, inputs, i), q.scale, q.zero_point, q.axis if q.per_channel else None))
 
 
 def requant_params(node: Node, x: Tensor, w: Tensor, y: Tensor, channels: int,
@@ -94,9 +110,9 @@ def requant_params(node: Node, x: Tensor, w: Tensor, y: Tensor, channels: int,
     """TFLite's output multipliers. The per-channel kernels (int8 conv) compute input_scale * filter_scale /
     output_scale in double; the per-tensor ones (uint8, per-tensor FC) take the product in float32 first
     (GetQuantizedConvolutionMultipler). The two differ at rounding ties."""
-    in_s, _ = x.quant.scalar()
-    out_s, out_zp = y.quant.scalar()
-    ws = w.quant.scale
+    in_s, _ = quant_of(node, x).scalar()
+    out_s, out_zp = quant_of(node, y).scalar()
+    ws = quant_of(node, w).scale
     if per_channel_math:
         reals = [float(np.float64(in_s) * np.float64(s) / np.float64(out_s)) for s in ws]
     else:
@@ -108,21 +124,21 @@ def requant_params(node: Node, x: Tensor, w: Tensor, y: Tensor, channels: int,
     return K.Requant(mult, shift, out_zp, qmin, qmax, y.dtype)
 
 
-def filter_zp(w: Tensor, channels: int) -> np.ndarray:
+def filter_zp(node: Node, w: Tensor, channels: int) -> np.ndarray:
     """The weights' zero point per output channel, int64."""
-    zp = w.quant.zero_point.astype(np.int64)
+    zp = quant_of(node, w).zero_point.astype(np.int64)
     return zp if zp.size == channels else np.repeat(zp[:1], channels)
 
 
 # -- CONV_2D -------------------------------------------------------------------------------------------------
 
-def _window(node: Node, xs: tuple, ws: tuple) -> K.Window:
+def _window(node: Node, xs: tuple[int, ...], ws: tuple[int, ...]) -> K.Window:
     """Window of a conv or depthwise conv: input NHWC, filter [*, KH, KW, *]."""
     padding, sh, sw, dh, dw = window_attrs(node)
     return need_window(node, K.Window.make(padding, xs[1], xs[2], ws[1], ws[2], sh, sw, dh, dw))
 
 
-def _conv_shapes(node: Node, xs: tuple, ws: tuple) -> K.Window:
+def _conv_shapes(node: Node, xs: tuple[int, ...], ws: tuple[int, ...]) -> K.Window:
     """Validate CONV_2D input [N, H, W, C] against filter [O, KH, KW, C / groups]; the window."""
     if len(xs) != 4 or len(ws) != 4:
         raise ModelError(f"{node}: input and filter must have rank 4, have {list(xs)} and {list(ws)}")
@@ -160,15 +176,15 @@ class Conv2D(Op):
         kind_of(node, x, w, b, y, out_axis=0)
 
     @staticmethod
-    def infer(node: Node, graph: Graph, shapes: list) -> list[tuple[int, ...]]:
-        xs, ws = shapes[0], shapes[1]
+    def infer(node: Node, graph: Graph, shapes: list[tuple[int, ...] | None]) -> list[tuple[int, ...]]:
+        xs, ws = required(node, shapes, 0), required(node, shapes, 1)
         win = _conv_shapes(node, xs, ws)
         return [(xs[0], win.oh, win.ow, ws[0])]
 
     @staticmethod
-    def run_cpu(node: Node, graph: Graph, inputs: list) -> list[np.ndarray]:
-        x, w = inputs[0], inputs[1]
-        xt, wt, bt = (tensor_of(node, graph, i) for i in range(3))
+    def run_cpu(node: Node, graph: Graph, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
+        x, w = required(node, inputs, 0), required(node, inputs, 1)
+        xt, wt, bt = required_tensor(node, graph, 0), required_tensor(node, graph, 1), tensor_of(node, graph, 2)
         yt = graph.tensors[node.outputs[0]]
         win = _window(node, x.shape, w.shape)
         o, _, _, cg = w.shape
@@ -183,25 +199,25 @@ class Conv2D(Op):
             return [K.conv2d_float(as_f32(x), mats, float_bias(node, graph, inputs, 2), win, lo, hi)]
         og = o // groups
 
-        def mats() -> list[K.QuantMatrix]:
-            zp = filter_zp(wt, o)
+        def quant_mats() -> list[K.QuantMatrix]:
+            zp = filter_zp(node, wt, o)
             return [K.quant_matrix(w[g * og:(g + 1) * og].reshape(og, -1).T, zp[g * og:(g + 1) * og])
                     for g in range(groups)]
 
-        ms = with_const(node, graph, 1, "quant_matrix", mats)
+        ms = with_const(node, graph, 1, "quant_matrix", quant_mats)
         rq = graph.prepared(("requant", node.index),
                       lambda: requant_params(node, xt, wt, yt, o, per_channel_math=xt.dtype == I8))
-        return [K.conv2d_quant(x, xt.quant.scalar()[1], ms, win, int_bias(inputs, 2, o), rq)]
+        return [K.conv2d_quant(x, quant_of(node, xt).scalar()[1], ms, win, int_bias(inputs, 2, o), rq)]
 
     @staticmethod
     def macs(node: Node, graph: Graph) -> int:
-        w, y = tensor_of(node, graph, 1), output_of(node, graph)
+        w, y = required_tensor(node, graph, 1), output_of(node, graph)
         return y.size * int(np.prod(w.shape[1:]))
 
 
 # -- DEPTHWISE_CONV_2D ---------------------------------------------------------------------------------------
 
-def _dw_shapes(node: Node, xs: tuple, ws: tuple) -> K.Window:
+def _dw_shapes(node: Node, xs: tuple[int, ...], ws: tuple[int, ...]) -> K.Window:
     """Validate DEPTHWISE_CONV_2D input [N, H, W, C] against filter [1, KH, KW, C * multiplier]. The
     depth_multiplier option is not checked: TFLite's kernels derive the multiplier from the shapes too."""
     if len(xs) != 4 or len(ws) != 4:
@@ -245,15 +261,15 @@ class DepthwiseConv2D(Op):
         kind_of(node, x, w, b, y, out_axis=3)
 
     @staticmethod
-    def infer(node: Node, graph: Graph, shapes: list) -> list[tuple[int, ...]]:
-        xs, ws = shapes[0], shapes[1]
+    def infer(node: Node, graph: Graph, shapes: list[tuple[int, ...] | None]) -> list[tuple[int, ...]]:
+        xs, ws = required(node, shapes, 0), required(node, shapes, 1)
         win = _dw_shapes(node, xs, ws)
         return [(xs[0], win.oh, win.ow, ws[3])]
 
     @staticmethod
-    def run_cpu(node: Node, graph: Graph, inputs: list) -> list[np.ndarray]:
-        x, w = inputs[0], inputs[1]
-        xt, wt, bt = (tensor_of(node, graph, i) for i in range(3))
+    def run_cpu(node: Node, graph: Graph, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
+        x, w = required(node, inputs, 0), required(node, inputs, 1)
+        xt, wt, bt = required_tensor(node, graph, 0), required_tensor(node, graph, 1), tensor_of(node, graph, 2)
         yt = graph.tensors[node.outputs[0]]
         win = _window(node, x.shape, w.shape)
         oc = w.shape[3]
@@ -268,15 +284,15 @@ class DepthwiseConv2D(Op):
             return [K.depthwise_float(_repeat_channels(as_f32(x), mult), wk,
                                       bias if bias is not None else np.zeros(oc, np.float32), win, lo, hi)]
         wk = with_const(node, graph, 1, "dw_quant",
-                        lambda: as_f32(w[0].astype(np.int64) - filter_zp(wt, oc).reshape(1, 1, -1)))
+                        lambda: as_f32(w[0].astype(np.int64) - filter_zp(node, wt, oc).reshape(1, 1, -1)))
         rq = graph.prepared(("requant", node.index),
                       lambda: requant_params(node, xt, wt, yt, oc, per_channel_math=xt.dtype == I8))
-        xs = K.shifted_f32(x, xt.quant.scalar()[1])
+        xs = K.shifted_f32(x, quant_of(node, xt).scalar()[1])
         return [K.depthwise_quant(_repeat_channels(xs, mult), wk, win, int_bias(inputs, 2, oc), rq)]
 
     @staticmethod
     def macs(node: Node, graph: Graph) -> int:
-        w, y = tensor_of(node, graph, 1), output_of(node, graph)
+        w, y = required_tensor(node, graph, 1), output_of(node, graph)
         return y.size * w.shape[1] * w.shape[2]
 
 
@@ -295,13 +311,13 @@ def check_transpose_conv(node: Node, graph: Graph, xi: int, wi: int, bi: int) ->
     kind_of(node, x, w, b, output_of(node, graph), out_axis=0)
 
 
-def transpose_conv(node: Node, graph: Graph, inputs: list, xi: int, wi: int, bi: int, out_hw: tuple[int, int],
-                   pads: tuple[int, int], strides: tuple[int, int], act: int) -> np.ndarray:
+def transpose_conv(node: Node, graph: Graph, inputs: list[np.ndarray | None], xi: int, wi: int, bi: int,
+                   out_hw: tuple[int, int], pads: tuple[int, int], strides: tuple[int, int], act: int) -> np.ndarray:
     """TFLite's TransposeConv: input pixel (iy, ix) adds x[iy, ix, :] . w[o, ky, kx, :] to output pixel
     (iy*sh - pt + ky, ix*sw - pl + kx) of channel o; weights [O, KH, KW, I]. A matmul gives every
     (pixel, ky, kx, o) product sum at once, and a scatter adds them into place."""
-    x, w = inputs[xi], inputs[wi]
-    xt, wt, bt = tensor_of(node, graph, xi), tensor_of(node, graph, wi), tensor_of(node, graph, bi)
+    x, w = required(node, inputs, xi), required(node, inputs, wi)
+    xt, wt, bt = required_tensor(node, graph, xi), required_tensor(node, graph, wi), tensor_of(node, graph, bi)
     yt = graph.tensors[node.outputs[0]]
     n, h, wd, ci = x.shape
     o, kh, kw, _ = w.shape
@@ -318,18 +334,18 @@ def transpose_conv(node: Node, graph: Graph, inputs: list, xi: int, wi: int, bi:
         K.bias_act(y, float_bias(node, graph, inputs, bi), *K.float_range(act))
         return y.reshape(n, oh, ow, o)
     qm = with_const(node, graph, wi, "tconv_quant", lambda: K.quant_matrix(
-        w.transpose(3, 1, 2, 0).reshape(ci, -1), np.tile(filter_zp(wt, o), kh * kw)))
+        w.transpose(3, 1, 2, 0).reshape(ci, -1), np.tile(filter_zp(node, wt, o), kh * kw)))
     rq = graph.prepared(("requant", node.index),
                   lambda: requant_params(node, xt, wt, yt, o, per_channel_math=xt.dtype == I8))
     xs, shift = K.int8_range(x.reshape(-1, ci))
-    x_zp = xt.quant.scalar()[1] - shift
+    x_zp = quant_of(node, xt).scalar()[1] - shift
     with K.serial_blas():
-        cols = K.qmatmul(xs, qm).astype(np.float64) - x_zp * qm.colsum.astype(np.float64)
-    acc = np.ascontiguousarray(K.col2im_add(cols, n, h, wd, kh, kw, sh, sw, pt, pl, oh, ow)).reshape(-1, o)
+        sums = K.qmatmul(xs, qm).astype(np.float64) - x_zp * qm.colsum.astype(np.float64)
+    acc = np.ascontiguousarray(K.col2im_add(sums, n, h, wd, kh, kw, sh, sw, pt, pl, oh, ow)).reshape(-1, o)
     return K.requantize(acc, int_bias(inputs, bi, o), rq).reshape(n, oh, ow, o)
 
 
-def _tconv_geometry(node: Node, graph: Graph, ws: tuple) -> tuple[tuple, tuple, tuple]:
+def _tconv_geometry(node: Node, graph: Graph, ws: tuple[int, ...]) -> Geometry:
     """TRANSPOSE_CONV: the output size is given; the padding is that of the forward conv from output to
     input."""
     padding, sh, sw, _, _ = window_attrs(node)
@@ -371,7 +387,7 @@ class TransposeConv(Op):
     def check(node: Node, graph: Graph) -> None:
         input_count(node, 3, 4)
         check_transpose_conv(node, graph, 2, 1, 3)
-        x, w = tensor_of(node, graph, 2), tensor_of(node, graph, 1)
+        x, w = required_tensor(node, graph, 2), required_tensor(node, graph, 1)
         shape = _output_shape(node, graph)
         if shape[0] != x.shape[0] or shape[3] != w.shape[0]:
             raise ModelError(f"{node}: output_shape {list(shape)} does not match batch {x.shape[0]} and "
@@ -380,17 +396,17 @@ class TransposeConv(Op):
         window_attrs(node)
 
     @staticmethod
-    def infer(node: Node, graph: Graph, shapes: list) -> list[tuple[int, ...]]:
+    def infer(node: Node, graph: Graph, shapes: list[tuple[int, ...] | None]) -> list[tuple[int, ...]]:
         return [_output_shape(node, graph)]
 
     @staticmethod
-    def run_cpu(node: Node, graph: Graph, inputs: list) -> list[np.ndarray]:
-        hw, pads, strides = _tconv_geometry(node, graph, inputs[1].shape)
+    def run_cpu(node: Node, graph: Graph, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
+        hw, pads, strides = _tconv_geometry(node, graph, required(node, inputs, 1).shape)
         return [transpose_conv(node, graph, inputs, 2, 1, 3, hw, pads, strides, activation(node))]
 
     @staticmethod
     def macs(node: Node, graph: Graph) -> int:
-        return tensor_of(node, graph, 2).size * int(np.prod(tensor_of(node, graph, 1).shape[:3]))
+        return required_tensor(node, graph, 2).size * int(np.prod(required_tensor(node, graph, 1).shape[:3]))
 
 
 TFLITE_PADDING_SAME, TFLITE_PADDING_VALID = 1, 2  # TfLitePadding (C API), not the schema's numbering
@@ -409,7 +425,7 @@ def _mediapipe_params(node: Node) -> tuple[int, int, int]:
     return padding, sh, sw
 
 
-def _mediapipe_geometry(node: Node, xs: tuple, ws: tuple) -> tuple[tuple, tuple, tuple]:
+def _mediapipe_geometry(node: Node, xs: tuple[int, ...], ws: tuple[int, ...]) -> Geometry:
     """MediaPipe's Prepare: SAME trims max(0, k - (in - 1) % s - 1) from the full size (in - 1) * s + k."""
     padding, sh, sw = _mediapipe_params(node)
     hw, pads = [], []
@@ -417,7 +433,7 @@ def _mediapipe_geometry(node: Node, xs: tuple, ws: tuple) -> tuple[tuple, tuple,
         trim = max(0, k - (size - 1) % s - 1) if padding == TFLITE_PADDING_SAME else 0
         hw.append(s * (size - 1) + k - trim)
         pads.append(trim // 2)
-    return tuple(hw), tuple(pads), (sh, sw)
+    return (hw[0], hw[1]), (pads[0], pads[1]), (sh, sw)
 
 
 @register
@@ -440,29 +456,30 @@ class Convolution2DTransposeBias(Op):
     def check(node: Node, graph: Graph) -> None:
         input_count(node, 3)
         check_transpose_conv(node, graph, 0, 1, 2)
-        if tensor_of(node, graph, 0).dtype != F32 or tensor_of(node, graph, 1).dtype != F32:
+        if required_tensor(node, graph, 0).dtype != F32 or required_tensor(node, graph, 1).dtype != F32:
             raise ModelError(f"{node}: MediaPipe's transposed convolution takes float32 input and weights "
                              "only")
         _mediapipe_params(node)
 
     @staticmethod
-    def infer(node: Node, graph: Graph, shapes: list) -> list[tuple[int, ...]]:
-        (oh, ow), _, _ = _mediapipe_geometry(node, shapes[0], shapes[1])
-        return [(shapes[0][0], oh, ow, shapes[1][0])]
+    def infer(node: Node, graph: Graph, shapes: list[tuple[int, ...] | None]) -> list[tuple[int, ...]]:
+        xs, ws = required(node, shapes, 0), required(node, shapes, 1)
+        (oh, ow), _, _ = _mediapipe_geometry(node, xs, ws)
+        return [(xs[0], oh, ow, ws[0])]
 
     @staticmethod
-    def run_cpu(node: Node, graph: Graph, inputs: list) -> list[np.ndarray]:
-        hw, pads, strides = _mediapipe_geometry(node, inputs[0].shape, inputs[1].shape)
+    def run_cpu(node: Node, graph: Graph, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
+        hw, pads, strides = _mediapipe_geometry(node, required(node, inputs, 0).shape, required(node, inputs, 1).shape)
         return [transpose_conv(node, graph, inputs, 0, 1, 2, hw, pads, strides, 0)]
 
     @staticmethod
     def macs(node: Node, graph: Graph) -> int:
-        return tensor_of(node, graph, 0).size * int(np.prod(tensor_of(node, graph, 1).shape[:3]))
+        return required_tensor(node, graph, 0).size * int(np.prod(required_tensor(node, graph, 1).shape[:3]))
 
 
 # -- FULLY_CONNECTED -----------------------------------------------------------------------------------------
 
-def _fc_shape(node: Node, xs: tuple, ws: tuple) -> tuple[int, ...]:
+def _fc_shape(node: Node, xs: tuple[int, ...], ws: tuple[int, ...]) -> tuple[int, ...]:
     k = ws[1]
     size = int(np.prod(xs, dtype=np.int64))
     if node.attrs.get("keep_num_dims", False):
@@ -506,13 +523,13 @@ class FullyConnected(Op):
         kind_of(node, x, w, b, output_of(node, graph), out_axis=0, symmetric_int8=False)
 
     @staticmethod
-    def infer(node: Node, graph: Graph, shapes: list) -> list[tuple[int, ...]]:
-        return [_fc_shape(node, shapes[0], shapes[1])]
+    def infer(node: Node, graph: Graph, shapes: list[tuple[int, ...] | None]) -> list[tuple[int, ...]]:
+        return [_fc_shape(node, required(node, shapes, 0), required(node, shapes, 1))]
 
     @staticmethod
-    def run_cpu(node: Node, graph: Graph, inputs: list) -> list[np.ndarray]:
-        x, w = inputs[0], inputs[1]
-        xt, wt, bt = (tensor_of(node, graph, i) for i in range(3))
+    def run_cpu(node: Node, graph: Graph, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
+        x, w = required(node, inputs, 0), required(node, inputs, 1)
+        xt, wt, bt = required_tensor(node, graph, 0), required_tensor(node, graph, 1), tensor_of(node, graph, 2)
         yt = graph.tensors[node.outputs[0]]
         shape = _fc_shape(node, x.shape, w.shape)
         o, k = w.shape
@@ -526,21 +543,21 @@ class FullyConnected(Op):
             lo, hi = K.float_range(activation(node))
             y = K.linear_float(as_f32(x2), wm, float_bias(node, graph, inputs, 2), lo, hi)
             return [y.reshape(shape)]
-        qm = with_const(node, graph, 1, "quant_matrix", lambda: K.quant_matrix(w.T, filter_zp(wt, o)))
+        qm = with_const(node, graph, 1, "quant_matrix", lambda: K.quant_matrix(w.T, filter_zp(node, wt, o)))
         rq = graph.prepared(("requant", node.index),
-                      lambda: requant_params(node, xt, wt, yt, o, per_channel_math=wt.quant.per_channel))
+                      lambda: requant_params(node, xt, wt, yt, o, per_channel_math=quant_of(node, wt).per_channel))
         xs, shift = K.int8_range(x2)
-        out = K.linear_quant(xs, xt.quant.scalar()[1] - shift, qm, int_bias(inputs, 2, o), rq)
+        out = K.linear_quant(xs, quant_of(node, xt).scalar()[1] - shift, qm, int_bias(inputs, 2, o), rq)
         return [out.reshape(shape)]
 
     @staticmethod
     def macs(node: Node, graph: Graph) -> int:
-        return output_of(node, graph).size * tensor_of(node, graph, 1).shape[1]
+        return output_of(node, graph).size * required_tensor(node, graph, 1).shape[1]
 
 
 # -- BATCH_MATMUL --------------------------------------------------------------------------------------------
 
-def _bmm_dims(node: Node, xs: tuple, ys: tuple) -> tuple[tuple[int, ...], int]:
+def _bmm_dims(node: Node, xs: tuple[int, ...], ys: tuple[int, ...]) -> tuple[tuple[int, ...], int]:
     """(output shape, contraction length) with adj_x / adj_y and broadcast batch dimensions."""
     if not (2 <= len(xs) <= 5 and 2 <= len(ys) <= 5):
         raise ModelError(f"{node}: operands must have rank 2 to 5, have {list(xs)} and {list(ys)}")
@@ -581,20 +598,20 @@ class BatchMatMul(Op):
             scalar_quant(node, w, "second operand")
 
     @staticmethod
-    def infer(node: Node, graph: Graph, shapes: list) -> list[tuple[int, ...]]:
-        return [_bmm_dims(node, shapes[0], shapes[1])[0]]
+    def infer(node: Node, graph: Graph, shapes: list[tuple[int, ...] | None]) -> list[tuple[int, ...]]:
+        return [_bmm_dims(node, required(node, shapes, 0), required(node, shapes, 1))[0]]
 
     @staticmethod
-    def run_cpu(node: Node, graph: Graph, inputs: list) -> list[np.ndarray]:
-        x, w = inputs[0], inputs[1]
-        xt, wt = tensor_of(node, graph, 0), tensor_of(node, graph, 1)
+    def run_cpu(node: Node, graph: Graph, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
+        x, w = required(node, inputs, 0), required(node, inputs, 1)
+        xt, wt = required_tensor(node, graph, 0), required_tensor(node, graph, 1)
         yt = graph.tensors[node.outputs[0]]
         shape, _ = _bmm_dims(node, x.shape, w.shape)
         kind = kind_of(node, xt, wt, None, yt, out_axis=len(wt.shape) - 1, symmetric_int8=False)
         if kind == QUANT:
             # Exact: float64 sums of products of 9-bit integers.
-            x = np.subtract(x, np.float64(xt.quant.scalar()[1]), dtype=np.float64)
-            w = np.subtract(w, np.float64(wt.quant.scalar()[1]), dtype=np.float64)
+            x = np.subtract(x, np.float64(quant_of(node, xt).scalar()[1]), dtype=np.float64)
+            w = np.subtract(w, np.float64(quant_of(node, wt).scalar()[1]), dtype=np.float64)
         elif kind == HYBRID:
             w = dequantized(node, graph, inputs, 1)
         if node.attrs.get("adj_x", False):
@@ -612,7 +629,7 @@ class BatchMatMul(Op):
 
     @staticmethod
     def macs(node: Node, graph: Graph) -> int:
-        x, w = tensor_of(node, graph, 0), tensor_of(node, graph, 1)
+        x, w = required_tensor(node, graph, 0), required_tensor(node, graph, 1)
         shape, k = _bmm_dims(node, x.shape, w.shape)
         return int(np.prod(shape, dtype=np.int64)) * k
 
@@ -699,7 +716,7 @@ def emit_conv(ctx: LowerContext, node: Node, src: int, dst: int, bias: int, w_ke
     if bias >= 0:
         consts["bias"] = ctx.const(f"conv_bias:{bias}:{blocks * block_s}",
                                    lambda: channel_rows(ctx.const_value(node, bias), blocks * block_s))
-    defines = {"BLOCK_S": block_s, "BLOCK_X": block_x, "HAS_BIAS": int(bias >= 0), **act_defines(act)}
+    defines: Defines = {"BLOCK_S": block_s, "BLOCK_X": block_x, "HAS_BIAS": int(bias >= 0), **act_defines(act)}
     if flat:
         pix_blocks = -(-ob * oh * ow // block_x)
         defines["PIX_BLOCKS"] = pix_blocks
@@ -744,9 +761,9 @@ def lower_depthwise(node: Node, ctx: LowerContext) -> None:
     if bias >= 0:
         consts["bias"] = ctx.const(f"conv_bias:{bias}:{s}", lambda: channel_rows(ctx.const_value(node, bias), s))
     masked = pl > 0 or (ow - 1) * sw - pl + (kw - 1) * dw >= w
-    defines = {"KH": kh, "KW": kw, "SH": sh, "SW": sw, "DH": dh, "DW": dw, "PT": pt, "PL": pl,
-               "BLOCK_X": block_x, "MULT": oc // c, "MASKED": int(masked), "HAS_BIAS": int(bias >= 0),
-               **act_defines(activation(node))}
+    defines: Defines = {"KH": kh, "KW": kw, "SH": sh, "SW": sw, "DH": dh, "DW": dw, "PT": pt, "PL": pl,
+                        "BLOCK_X": block_x, "MULT": oc // c, "MASKED": int(masked), "HAS_BIAS": int(bias >= 0),
+                        **act_defines(activation(node))}
     ctx.kernel("depthwise_conv2d", {"src": src}, {"dst": dst}, consts, defines, (-(-ow // block_x), oh, ob * s),
                variants={"opencl": "depthwise_conv2d"})
 
@@ -764,8 +781,8 @@ def lower_transpose_conv(node: Node, ctx: LowerContext, xi: int, wi: int, bi: in
     if bias >= 0:
         consts["bias"] = ctx.const(f"conv_bias:{bias}:{blocks * block_s}",
                                    lambda: channel_rows(ctx.const_value(node, bias), blocks * block_s))
-    defines = {"KH": kh, "KW": kw, "SH": strides[0], "SW": strides[1], "PT": pads[0], "PL": pads[1],
-               "BLOCK_S": block_s, "DST_BLOCKS": blocks, "HAS_BIAS": int(bias >= 0), **act_defines(act)}
+    defines: Defines = {"KH": kh, "KW": kw, "SH": strides[0], "SW": strides[1], "PT": pads[0], "PL": pads[1],
+                        "BLOCK_S": block_s, "DST_BLOCKS": blocks, "HAS_BIAS": int(bias >= 0), **act_defines(act)}
     ctx.kernel("conv_transpose", {"src": src}, {"dst": dst}, consts, defines, (ow, oh, ob * blocks))
 
 
@@ -787,7 +804,7 @@ def lower_fully_connected(node: Node, ctx: LowerContext) -> None:
     if bias >= 0:
         consts["bias"] = ctx.const(f"conv_bias:{bias}:{s}", lambda: channel_rows(ctx.const_value(node, bias), s))
     ob, oh, ow, _ = ctx.bhwc(dst)
-    defines = {"K": k, "HAS_BIAS": int(bias >= 0), **act_defines(activation(node))}
+    defines: Defines = {"K": k, "HAS_BIAS": int(bias >= 0), **act_defines(activation(node))}
     ctx.kernel("fully_connected", {"src": src}, {"dst": dst}, consts, defines, (ob * oh * ow, s, 1))
 
 
@@ -795,9 +812,9 @@ def lower_batch_matmul(node: Node, ctx: LowerContext) -> None:
     x, y, dst = ctx.input(node, 0), ctx.input(node, 1), ctx.output(node)
     _, k = _bmm_dims(node, ctx.shape(x), ctx.shape(y))
     yb, yh, yw, yc = ctx.bhwc(y)
-    defines = {"K": k, "ADJ_X": int(bool(node.attrs.get("adj_x", False))),
-               "ADJ_Y": int(bool(node.attrs.get("adj_y", False))), "Y_CONST": int(ctx.is_const(y)),
-               "Y_B": yb, "Y_H": yh, "Y_W": yw, "Y_C": yc, "Y_S": slices(yc)}
+    defines: Defines = {"K": k, "ADJ_X": int(bool(node.attrs.get("adj_x", False))),
+                        "ADJ_Y": int(bool(node.attrs.get("adj_y", False))), "Y_CONST": int(ctx.is_const(y)),
+                        "Y_B": yb, "Y_H": yh, "Y_W": yw, "Y_C": yc, "Y_S": slices(yc)}
     inputs, consts = {"x": x}, {}
     if ctx.is_const(y):
         consts["yc"] = ctx.const(f"bmm_rhs:{y}", lambda: to_rows(ctx.const_value(node, y), (yb, yh, yw, yc)))

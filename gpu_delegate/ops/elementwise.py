@@ -16,7 +16,8 @@ framework rounds every quantized output to its grid, so the same expression serv
 from __future__ import annotations
 
 import math
-from typing import ClassVar
+from collections.abc import Callable
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
@@ -47,10 +48,34 @@ from ..graph import ACT_NONE, ACT_RELU6, Graph, Node, Tensor
 from ..lowering.context import LowerContext
 from ..phwc4 import slices
 from .base import Op, broadcast_shape, lower_elementwise, register
-from .checks import arity, check_type, is_quantized, per_tensor
+from .checks import all_required, arity, check_type, is_quantized, per_tensor, quant_of, required
 
 Shapes = list[tuple[int, ...] | None]
 _ACT = "fused_activation_function"
+
+
+# The signatures of _Unary.compute and _Binary.compute, for the helpers that make them (a Callable type cannot
+# name the parameters, and an override must keep their names).
+class _UnaryCompute(Protocol):
+    def __call__(self, x: np.ndarray, attrs: dict[str, Any]) -> np.ndarray: ...
+
+
+class _BinaryCompute(Protocol):
+    def __call__(self, node: Node, a: np.ndarray, b: np.ndarray) -> np.ndarray: ...
+
+
+def _unary(fn: Callable[[np.ndarray], np.ndarray]) -> _UnaryCompute:
+    """A unary op's ``compute`` that is ``fn`` of the input (no attribute matters)."""
+    def compute(x: np.ndarray, attrs: dict[str, Any]) -> np.ndarray:
+        return fn(x)
+    return compute
+
+
+def _binary(fn: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> _BinaryCompute:
+    """A binary op's ``compute`` that is ``fn`` of the two operands."""
+    def compute(node: Node, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        return fn(a, b)
+    return compute
 
 
 def _same_type(node: Node, a: Tensor, b: Tensor) -> None:
@@ -127,7 +152,7 @@ class _Unary(Op):
     lower = staticmethod(lower_elementwise)
 
     @staticmethod
-    def compute(x: np.ndarray, attrs: dict) -> np.ndarray:
+    def compute(x: np.ndarray, attrs: dict[str, Any]) -> np.ndarray:
         raise NotImplementedError
 
     @classmethod
@@ -140,14 +165,14 @@ class _Unary(Op):
 
     @staticmethod
     def infer(node: Node, graph: Graph, shapes: Shapes) -> list[tuple[int, ...]]:
-        return [shapes[0]]
+        return [required(node, shapes, 0)]
 
     @classmethod
     def run_cpu(cls, node: Node, graph: Graph, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
-        x = inputs[0]
+        x = required(node, inputs, 0)
         tx, ty = graph.tensors[node.inputs[0]], graph.tensors[node.outputs[0]]
         if is_quantized(tx):
-            qi, qo = tx.quant.scalar(), ty.quant.scalar()
+            qi, qo = quant_of(node, tx).scalar(), quant_of(node, ty).scalar()
             if x.dtype.itemsize == 1:
                 table = graph.prepared(("elementwise.lut", node.index), lambda: cls.table(node, qi, qo, x.dtype))
                 return [apply_lut(table, x, ty.dtype)]
@@ -166,35 +191,35 @@ class _Unary(Op):
 class Abs(_Unary):
     name, ints = "ABS", True
     expr = "FABS(a)"
-    compute = staticmethod(lambda x, attrs: np.abs(x))
+    compute = staticmethod(_unary(np.abs))
 
 
 @register
 class Cos(_Unary):
     name = "COS"
     expr = "cos(a)"
-    compute = staticmethod(lambda x, attrs: np.cos(x))
+    compute = staticmethod(_unary(np.cos))
 
 
 @register
 class Exp(_Unary):
     name = "EXP"
     expr = "exp(a)"
-    compute = staticmethod(lambda x, attrs: np.exp(x))
+    compute = staticmethod(_unary(np.exp))
 
 
 @register
 class Floor(_Unary):
     name = "FLOOR"
     expr = "floor(a)"
-    compute = staticmethod(lambda x, attrs: np.floor(x))
+    compute = staticmethod(_unary(np.floor))
 
 
 @register
 class Log(_Unary):
     name = "LOG"
     expr = "log(a)"
-    compute = staticmethod(lambda x, attrs: np.log(x))
+    compute = staticmethod(_unary(np.log))
 
 
 @register
@@ -203,13 +228,13 @@ class Neg(_Unary):
 
     name, ints = "NEG", True
     expr = "-a"
-    compute = staticmethod(lambda x, attrs: np.negative(x))
+    compute = staticmethod(_unary(np.negative))
 
     @staticmethod
     def gpu_support(node: Node, graph: Graph) -> bool | str:
         x, y = graph.tensors[node.inputs[0]], graph.tensors[node.outputs[0]]
         if is_quantized(x):
-            (sx, zx), (sy, zy) = x.quant.scalar(), y.quant.scalar()
+            (sx, zx), (sy, zy) = quant_of(node, x).scalar(), quant_of(node, y).scalar()
             if sx != sy or zx + zy != 0:
                 return ("quantized NEG negates the codes, which is a negation of the values only when the "
                         "output's scale is the input's and its zero point the input's negated")
@@ -224,21 +249,24 @@ class Neg(_Unary):
 class Rsqrt(_Unary):
     name = "RSQRT"
     expr = "SPLAT(1.0f) / sqrt(a)"
-    compute = staticmethod(lambda x, attrs: 1 / np.sqrt(x))
+
+    @staticmethod
+    def compute(x: np.ndarray, attrs: dict[str, Any]) -> np.ndarray:
+        return 1 / np.sqrt(x)
 
 
 @register
 class Sin(_Unary):
     name = "SIN"
     expr = "sin(a)"
-    compute = staticmethod(lambda x, attrs: np.sin(x))
+    compute = staticmethod(_unary(np.sin))
 
 
 @register
 class Sqrt(_Unary):
     name = "SQRT"
     expr = "sqrt(a)"
-    compute = staticmethod(lambda x, attrs: np.sqrt(x))
+    compute = staticmethod(_unary(np.sqrt))
 
     @classmethod
     def table(cls, node: Node, qi: tuple[float, int], qo: tuple[float, int], dtype: np.dtype) -> np.ndarray:
@@ -249,34 +277,40 @@ class Sqrt(_Unary):
 class Square(_Unary):
     name, ints = "SQUARE", True
     expr = "a * a"
-    compute = staticmethod(lambda x, attrs: x * x)
+
+    @staticmethod
+    def compute(x: np.ndarray, attrs: dict[str, Any]) -> np.ndarray:
+        return x * x
 
 
 @register
 class Tanh(_Unary):
     name = "TANH"
     expr = "tanh(a)"
-    compute = staticmethod(lambda x, attrs: np.tanh(x))
+    compute = staticmethod(_unary(np.tanh))
 
 
 @register
 class Logistic(_Unary):
     name = "LOGISTIC"
     expr = "SPLAT(1.0f) / (SPLAT(1.0f) + exp(-a))"
-    compute = staticmethod(lambda x, attrs: logistic(x))
+    compute = staticmethod(_unary(logistic))
 
 
 @register
 class Elu(_Unary):
     name = "ELU"
     expr = "SELECT4(a, exp(min(a, 0.0f)) - SPLAT(1.0f), LT4(a, SPLAT(0.0f)))"
-    compute = staticmethod(lambda x, attrs: elu(x))
+    compute = staticmethod(_unary(elu))
 
 
 @register
 class Gelu(_Unary):
     name = "GELU"
-    compute = staticmethod(lambda x, attrs: gelu(x, bool(attrs.get("approximate", False))))
+
+    @staticmethod
+    def compute(x: np.ndarray, attrs: dict[str, Any]) -> np.ndarray:
+        return gelu(x, bool(attrs.get("approximate", False)))
 
     @staticmethod
     def gpu_expr(node: Node, graph: Graph) -> str | None:
@@ -290,7 +324,7 @@ class Gelu(_Unary):
 class HardSwish(_Unary):
     name = "HARD_SWISH"
     expr = "a * clamp(a + SPLAT(3.0f), 0.0f, 6.0f) / SPLAT(6.0f)"
-    compute = staticmethod(lambda x, attrs: hard_swish(x))
+    compute = staticmethod(_unary(hard_swish))
 
     @classmethod
     def table(cls, node: Node, qi: tuple[float, int], qo: tuple[float, int], dtype: np.dtype) -> np.ndarray:
@@ -301,7 +335,7 @@ class HardSwish(_Unary):
 class Sign(_Unary):
     name, ints = "SIGN", True
     expr = "sign(a)"
-    compute = staticmethod(lambda x, attrs: np.sign(x))
+    compute = staticmethod(_unary(np.sign))
 
 
 class _ReluX(_Unary):
@@ -315,7 +349,7 @@ class _ReluX(_Unary):
         return f"clamp(a, {literal(cls.low)}, {literal(cls.high)})"
 
     @classmethod
-    def compute(cls, x: np.ndarray, attrs: dict) -> np.ndarray:
+    def compute(cls, x: np.ndarray, attrs: dict[str, Any]) -> np.ndarray:
         return np.clip(x, cls.low, cls.high).astype(x.dtype)
 
     @classmethod
@@ -348,7 +382,7 @@ class LeakyRelu(_Unary):
     name = "LEAKY_RELU"
 
     @staticmethod
-    def compute(x: np.ndarray, attrs: dict) -> np.ndarray:
+    def compute(x: np.ndarray, attrs: dict[str, Any]) -> np.ndarray:
         alpha = np.asarray(attrs.get("alpha", 0.2), x.dtype)
         return np.where(x > 0, x, x * alpha).astype(x.dtype)
 
@@ -379,11 +413,11 @@ class LogicalNot(Op):
 
     @staticmethod
     def infer(node: Node, graph: Graph, shapes: Shapes) -> list[tuple[int, ...]]:
-        return [shapes[0]]
+        return [required(node, shapes, 0)]
 
     @staticmethod
     def run_cpu(node: Node, graph: Graph, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
-        return [np.logical_not(inputs[0])]
+        return [np.logical_not(required(node, inputs, 0))]
 
 
 @register
@@ -400,11 +434,11 @@ class Cast(Op):
 
     @staticmethod
     def infer(node: Node, graph: Graph, shapes: Shapes) -> list[tuple[int, ...]]:
-        return [shapes[0]]
+        return [required(node, shapes, 0)]
 
     @staticmethod
     def run_cpu(node: Node, graph: Graph, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
-        x = inputs[0]
+        x = required(node, inputs, 0)
         out = graph.tensors[node.outputs[0]].dtype
         if out == np.bool_:
             return [x != 0]
@@ -421,7 +455,10 @@ class Cast(Op):
                     "the GPU")
         return True
 
-    gpu_expr = staticmethod(lambda node, graph: "a")
+    @staticmethod
+    def gpu_expr(node: Node, graph: Graph) -> str | None:
+        return "a"
+
     lower = staticmethod(lower_elementwise)
 
 
@@ -477,14 +514,14 @@ class _Binary(Op):
 
     @staticmethod
     def infer(node: Node, graph: Graph, shapes: Shapes) -> list[tuple[int, ...]]:
-        return [broadcast_shape(shapes[0], shapes[1], node)]
+        return [broadcast_shape(required(node, shapes, 0), required(node, shapes, 1), node)]
 
     @classmethod
     def run_cpu(cls, node: Node, graph: Graph, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
-        a, b = inputs
+        a, b = all_required(node, inputs)
         ta, tb, ty = (graph.tensors[t] for t in (*node.inputs, node.outputs[0]))
         if is_quantized(ta):
-            return [cls.run_quantized(node, a, b, ta.quant.scalar(), tb.quant.scalar(), ty)]
+            return [cls.run_quantized(node, a, b, quant_of(node, ta).scalar(), quant_of(node, tb).scalar(), ty)]
         with np.errstate(all="ignore"):
             y = cls.compute(node, a, b)
         if cls.fused:
@@ -501,7 +538,7 @@ class _Binary(Op):
             return y
         if cls.fused:
             y = fused_clamp(y, node.attrs.get(_ACT, 0))
-        return quantize(y, *ty.quant.scalar(), ty.dtype)
+        return quantize(y, *quant_of(node, ty).scalar(), ty.dtype)
 
 
 def _not_all_const(node: Node, graph: Graph) -> bool | str:
@@ -511,7 +548,7 @@ def _not_all_const(node: Node, graph: Graph) -> bool | str:
 
 
 def _act_range(node: Node, ty: Tensor) -> tuple[int, int]:
-    scale, zp = ty.quant.scalar()
+    scale, zp = quant_of(node, ty).scalar()
     return activation_range(node.attrs.get(_ACT, 0), scale, zp, ty.dtype)
 
 
@@ -519,35 +556,37 @@ def _act_range(node: Node, ty: Tensor) -> tuple[int, int]:
 class Add(_Binary):
     name, fused = "ADD", True
     expr = "a + b"
-    compute = staticmethod(lambda node, a, b: np.add(a, b))
+    compute = staticmethod(_binary(np.add))
 
     @classmethod
-    def run_quantized(cls, node, a, b, qa, qb, ty):
+    def run_quantized(cls, node: Node, a: np.ndarray, b: np.ndarray, qa: tuple[float, int], qb: tuple[float, int],
+                      ty: Tensor) -> np.ndarray:
         if ty.dtype.itemsize != 1:
             return super().run_quantized(node, a, b, qa, qb, ty)
         lo, hi = _act_range(node, ty)
-        return add_sub_q8(a, b, qa, qb, ty.quant.scalar(), cls.name == "SUB", lo, hi).astype(ty.dtype)
+        return add_sub_q8(a, b, qa, qb, quant_of(node, ty).scalar(), cls.name == "SUB", lo, hi).astype(ty.dtype)
 
 
 @register
 class Sub(Add):
     name = "SUB"
     expr = "a - b"
-    compute = staticmethod(lambda node, a, b: np.subtract(a, b))
+    compute = staticmethod(_binary(np.subtract))
 
 
 @register
 class Mul(_Binary):
     name, fused = "MUL", True
     expr = "a * b"
-    compute = staticmethod(lambda node, a, b: np.multiply(a, b))
+    compute = staticmethod(_binary(np.multiply))
 
     @classmethod
-    def run_quantized(cls, node, a, b, qa, qb, ty):
+    def run_quantized(cls, node: Node, a: np.ndarray, b: np.ndarray, qa: tuple[float, int], qb: tuple[float, int],
+                      ty: Tensor) -> np.ndarray:
         if ty.dtype.itemsize != 1:
             return super().run_quantized(node, a, b, qa, qb, ty)
         lo, hi = _act_range(node, ty)
-        return mul_q8(a, b, qa, qb, ty.quant.scalar(), lo, hi).astype(ty.dtype)
+        return mul_q8(a, b, qa, qb, quant_of(node, ty).scalar(), lo, hi).astype(ty.dtype)
 
 
 @register
@@ -577,8 +616,9 @@ class Pow(_Binary):
 
 class _MinMax(_Binary):
     @classmethod
-    def run_quantized(cls, node, a, b, qa, qb, ty):
-        if qa == qb == ty.quant.scalar():  # TFLite's case: all three share one quantization
+    def run_quantized(cls, node: Node, a: np.ndarray, b: np.ndarray, qa: tuple[float, int], qb: tuple[float, int],
+                      ty: Tensor) -> np.ndarray:
+        if qa == qb == quant_of(node, ty).scalar():  # TFLite's case: all three share one quantization
             return cls.compute(node, a, b)
         return super().run_quantized(node, a, b, qa, qb, ty)
 
@@ -587,14 +627,14 @@ class _MinMax(_Binary):
 class Maximum(_MinMax):
     name = "MAXIMUM"
     expr = "max(a, b)"
-    compute = staticmethod(lambda node, a, b: np.maximum(a, b))
+    compute = staticmethod(_binary(np.maximum))
 
 
 @register
 class Minimum(_MinMax):
     name = "MINIMUM"
     expr = "min(a, b)"
-    compute = staticmethod(lambda node, a, b: np.minimum(a, b))
+    compute = staticmethod(_binary(np.minimum))
 
 
 @register
@@ -608,10 +648,11 @@ class SquaredDifference(_Binary):
         return d * d
 
     @classmethod
-    def run_quantized(cls, node, a, b, qa, qb, ty):
+    def run_quantized(cls, node: Node, a: np.ndarray, b: np.ndarray, qa: tuple[float, int], qb: tuple[float, int],
+                      ty: Tensor) -> np.ndarray:
         if ty.dtype != np.int8:
             return super().run_quantized(node, a, b, qa, qb, ty)
-        return squared_difference_q8(a, b, qa, qb, ty.quant.scalar()).astype(ty.dtype)
+        return squared_difference_q8(a, b, qa, qb, quant_of(node, ty).scalar()).astype(ty.dtype)
 
 
 @register
@@ -645,7 +686,8 @@ class _Compare(_Binary):
     to_bool, bools = True, True
 
     @classmethod
-    def run_quantized(cls, node, a, b, qa, qb, ty):
+    def run_quantized(cls, node: Node, a: np.ndarray, b: np.ndarray, qa: tuple[float, int], qb: tuple[float, int],
+                      ty: Tensor) -> np.ndarray:
         if qa == qb:
             return cls.compute(node, a, b)
         if a.dtype.itemsize == 1:
@@ -656,37 +698,37 @@ class _Compare(_Binary):
 @register
 class Equal(_Compare):
     name = "EQUAL"
-    compute = staticmethod(lambda node, a, b: np.equal(a, b))
+    compute = staticmethod(_binary(np.equal))
 
 
 @register
 class NotEqual(_Compare):
     name = "NOT_EQUAL"
-    compute = staticmethod(lambda node, a, b: np.not_equal(a, b))
+    compute = staticmethod(_binary(np.not_equal))
 
 
 @register
 class Greater(_Compare):
     name, bools = "GREATER", False
-    compute = staticmethod(lambda node, a, b: np.greater(a, b))
+    compute = staticmethod(_binary(np.greater))
 
 
 @register
 class GreaterEqual(_Compare):
     name, bools = "GREATER_EQUAL", False
-    compute = staticmethod(lambda node, a, b: np.greater_equal(a, b))
+    compute = staticmethod(_binary(np.greater_equal))
 
 
 @register
 class Less(_Compare):
     name, bools = "LESS", False
-    compute = staticmethod(lambda node, a, b: np.less(a, b))
+    compute = staticmethod(_binary(np.less))
 
 
 @register
 class LessEqual(_Compare):
     name, bools = "LESS_EQUAL", False
-    compute = staticmethod(lambda node, a, b: np.less_equal(a, b))
+    compute = staticmethod(_binary(np.less_equal))
 
 
 class _Logical(_Binary):
@@ -696,13 +738,13 @@ class _Logical(_Binary):
 @register
 class LogicalAnd(_Logical):
     name = "LOGICAL_AND"
-    compute = staticmethod(lambda node, a, b: np.logical_and(a, b))
+    compute = staticmethod(_binary(np.logical_and))
 
 
 @register
 class LogicalOr(_Logical):
     name = "LOGICAL_OR"
-    compute = staticmethod(lambda node, a, b: np.logical_or(a, b))
+    compute = staticmethod(_binary(np.logical_or))
 
 
 # -- the rest -------------------------------------------------------------------------------------------
@@ -726,16 +768,16 @@ class Prelu(Op):
 
     @staticmethod
     def infer(node: Node, graph: Graph, shapes: Shapes) -> list[tuple[int, ...]]:
-        return [broadcast_shape(shapes[0], shapes[1], node)]
+        return [broadcast_shape(required(node, shapes, 0), required(node, shapes, 1), node)]
 
     @staticmethod
     def run_cpu(node: Node, graph: Graph, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
-        x, alpha = inputs
+        x, alpha = all_required(node, inputs)
         tx, ta, ty = (graph.tensors[t] for t in (*node.inputs, node.outputs[0]))
         if not is_quantized(tx):
             return [np.where(x >= 0, x, x * alpha).astype(x.dtype)]
         # TFLite's reference PRELU: s_x/s_y on the positive side, s_x*s_alpha/s_y on the negative side
-        (sx, zx), (sa, za), (so, zo) = tx.quant.scalar(), ta.quant.scalar(), ty.quant.scalar()
+        (sx, zx), (sa, za), (so, zo) = (quant_of(node, t).scalar() for t in (tx, ta, ty))
         lo, hi = dtype_range(ty.dtype)
         m1, s1 = quantize_multiplier(float(f32(sx) / f32(so)))
         m2, s2 = quantize_multiplier(float(f32(sx) * f32(sa) / f32(so)))
@@ -745,7 +787,11 @@ class Prelu(Op):
         return [np.where(v >= 0, pos, neg).astype(ty.dtype)]
 
     gpu_support = staticmethod(_not_all_const)
-    gpu_expr = staticmethod(lambda node, graph: "SELECT4(a * b, a, GE4(a, SPLAT(0.0f)))")
+
+    @staticmethod
+    def gpu_expr(node: Node, graph: Graph) -> str | None:
+        return "SELECT4(a * b, a, GE4(a, SPLAT(0.0f)))"
+
     lower = staticmethod(lower_elementwise)
 
 
@@ -769,15 +815,17 @@ class AddN(Op):
 
     @staticmethod
     def infer(node: Node, graph: Graph, shapes: Shapes) -> list[tuple[int, ...]]:
-        for s in shapes[1:]:
-            if s != shapes[0]:
-                raise ModelError(f"{node}: all inputs must have one shape, got {[list(x) for x in shapes]}")
-        return [shapes[0]]
+        given = all_required(node, shapes)
+        for s in given[1:]:
+            if s != given[0]:
+                raise ModelError(f"{node}: all inputs must have one shape, got {[list(x) for x in given]}")
+        return [given[0]]
 
     @staticmethod
     def run_cpu(node: Node, graph: Graph, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
-        total = inputs[0].copy()
-        for x in inputs[1:]:
+        given = all_required(node, inputs)
+        total = given[0].copy()
+        for x in given[1:]:
             total += x  # in order, in the input dtype, as TFLite sums
         return [total]
 
@@ -828,11 +876,12 @@ class SelectV2(Op):
 
     @staticmethod
     def infer(node: Node, graph: Graph, shapes: Shapes) -> list[tuple[int, ...]]:
-        return [broadcast_shape(shapes[0], broadcast_shape(shapes[1], shapes[2], node), node)]
+        c, x, y = all_required(node, shapes)
+        return [broadcast_shape(c, broadcast_shape(x, y, node), node)]
 
     @staticmethod
     def run_cpu(node: Node, graph: Graph, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
-        c, x, y = inputs
+        c, x, y = all_required(node, inputs)
         return [np.where(c, x, y)]
 
 
@@ -845,7 +894,7 @@ class Select(SelectV2):
 
     @staticmethod
     def infer(node: Node, graph: Graph, shapes: Shapes) -> list[tuple[int, ...]]:
-        c, x, y = shapes
+        c, x, y = all_required(node, shapes)
         if x != y or not (c == x or len(c) == 0 or (len(c) == 1 and len(x) >= 1 and c[0] == x[0])):
             raise ModelError(f"{node}: condition {list(c)}, x {list(x)} and y {list(y)} do not fit: x and y "
                              "need one shape, the condition the same or a vector over x's first dimension")
@@ -853,7 +902,7 @@ class Select(SelectV2):
 
     @staticmethod
     def run_cpu(node: Node, graph: Graph, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
-        c, x, y = inputs
+        c, x, y = all_required(node, inputs)
         if c.ndim == 1 and x.ndim > 1:
             c = c.reshape(c.shape + (1,) * (x.ndim - 1))
         return [np.where(c, x, y)]

@@ -15,6 +15,8 @@ depth_to_space.dialect and space_to_depth.dialect; SHAPE and ONE_HOT produce int
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+
 import numpy as np
 
 from ..cpu import layout as k
@@ -23,11 +25,15 @@ from ..cpu.quant import activation_range
 from ..errors import DelegateError, ModelError
 from ..graph import ACT_NONE, ACT_SIGN_BIT, Graph, Node
 from ..lowering.context import LowerContext
-from ..phwc4 import bhwc, same_layout, slices
-from .base import Op, register
-from .checks import input_count
+from ..phwc4 import BHWC, bhwc, same_layout, slices
+from .base import Defines, Op, register
+from .checks import all_required, const_input, input_count, required
 
 Shape = tuple[int, ...]
+Shapes = list[Shape | None]
+Inputs = list[np.ndarray | None]
+# a slice along each dimension: a fixed index (a shrunk axis) or a slice
+Index = tuple[int | slice, ...]
 
 
 # -- helpers ----------------------------------------------------------------------------------------------
@@ -36,13 +42,19 @@ def _declared(node: Node, graph: Graph) -> list[Shape]:
     return [graph.tensors[t].shape for t in node.outputs]
 
 
-def _value(node: Node, graph: Graph, inputs: list[np.ndarray | None] | None, i: int) -> np.ndarray | None:
+def _value(node: Node, graph: Graph, inputs: Inputs | None, i: int) -> np.ndarray | None:
     """Input ``i``'s contents: the run-time array when running, the constant data when inferring."""
     if i >= len(node.inputs) or node.inputs[i] < 0:
         return None
     if inputs is not None:
         return inputs[i]
     return graph.tensors[node.inputs[i]].data
+
+
+def _const(node: Node, graph: Graph, i: int) -> np.ndarray | None:
+    """Input ``i``'s constant contents: None when it is omitted or computed at run time (``infer`` then gives
+    the declared output shapes)."""
+    return _value(node, graph, None, i)
 
 
 def _ints(node: Node, v: np.ndarray, what: str) -> list[int]:
@@ -90,7 +102,7 @@ MAX_CONCAT_PARTS = 8  # buffers per kernel: llvmpipe allows 16, and fused post-o
 
 
 def _gpu_check(node: Node, graph: Graph, data: tuple[int, ...] = (0,), params: dict[int, str] | None = None,
-               plan=None) -> bool | str:
+               plan: Callable[[Node, Graph], object] | None = None) -> bool | str:
     """The limits every layout op shares: ``data`` inputs computed at run time, ``params`` inputs constant,
     no empty tensor, and ``plan(node, graph)`` (the op's own parameter check) not raising."""
     for i in data:
@@ -123,18 +135,20 @@ def _remap(ctx: LowerContext, src: int, dst: int, start: list[int], step: list[i
             sp[d], fr[d] = int(step[i]), source[i] + 4 - rd
     src_c, dst_c = ctx.bhwc(src)[3], ctx.bhwc(dst)[3]
     vec4 = fr[3] == 3 and sp[3] == 1 and st[3] % 4 == 0 and (not tile or src_c % 4 == 0 or dst_c <= src_c)
-    defines = {"VEC4": vec4, "TILE": tile}
+    defines: Defines = {"VEC4": vec4, "TILE": tile}
     for d, name in enumerate("BHWC"):
         defines.update({f"START_{name}": st[d], f"STEP_{name}": sp[d], f"FROM_{name}": fr[d]})
     ctx.kernel("remap", {"src": src}, {"dst": dst}, defines=defines, grid=ctx.grid(dst))
 
 
-def _lower_slice(ctx: LowerContext, src: int, dst: int, index: list[int | range]) -> None:
+def _lower_slice(ctx: LowerContext, src: int, dst: int, index: Sequence[int | range]) -> None:
     """A slice of src: per dimension of src a fixed index or a range of indices. The ranges of more than one
     element are dst's dimensions of size > 1, in order (dimensions of size 1 come and go freely, as in
     STRIDED_SLICE's new and shrunk axes)."""
     free = [j for j, d in enumerate(ctx.shape(dst)) if d > 1]
-    start, step, source = [], [], []
+    start: list[int] = []
+    step: list[int] = []
+    source: list[int] = []
     for ix in index:
         if isinstance(ix, range) and len(ix) > 1:
             if not free:
@@ -151,11 +165,14 @@ def _lower_slice(ctx: LowerContext, src: int, dst: int, index: list[int | range]
     _remap(ctx, src, dst, start, step, source)
 
 
-def _lower_concat(ctx: LowerContext, node: Node, parts: list[tuple[int, tuple[int, int, int, int]]], dst: int,
-                  axis: int) -> None:
+def _lower_concat(ctx: LowerContext, node: Node, parts: list[tuple[int, BHWC]], dst: int, axis: int) -> None:
     """Emit concat.dialect: ``parts`` are (tensor, its BHWC view with the joined axis in place), joined along BHWC
     ``axis``. The per-part reads are generated macros (see concat.dialect); a constant part is a const buffer."""
-    inputs, consts, starts, vecs, lanes = {}, {}, [], [], []
+    inputs: dict[str, int] = {}
+    consts: dict[str, str] = {}
+    starts: list[int] = []
+    vecs: list[str] = []
+    lanes: list[str] = []
     pos = 0
     for n, (t, view) in enumerate(parts):
         real = ctx.bhwc(t)
@@ -177,7 +194,7 @@ def _lower_concat(ctx: LowerContext, node: Node, parts: list[tuple[int, tuple[in
         starts.append(pos)
         pos += view[axis]
 
-    def chain(values: list) -> str:
+    def chain(values: Sequence[object]) -> str:
         text = str(values[-1])
         for n in range(len(values) - 2, -1, -1):
             text = f"((k) == {n} ? {values[n]} : {text})"
@@ -202,7 +219,7 @@ def _lower_reshape(node: Node, graph: Graph, ctx: LowerContext) -> None:
 
 # -- reshaping ----------------------------------------------------------------------------------------------
 
-def _reshape_spec(node: Node, graph: Graph, inputs) -> list[int] | None:
+def _reshape_spec(node: Node, graph: Graph, inputs: Inputs | None) -> list[int] | None:
     """The requested shape, possibly with one -1. Like TFLite, a 1-D shape tensor wins over the option."""
     if len(node.inputs) == 2 and node.inputs[1] >= 0 and len(graph.tensors[node.inputs[1]].shape) == 1:
         v = _value(node, graph, inputs, 1)
@@ -233,26 +250,26 @@ class Reshape(Op):
     name = "RESHAPE"
 
     @staticmethod
-    def check(node, graph):
+    def check(node: Node, graph: Graph) -> None:
         input_count(node, 1, 2)
         _outputs(node, 1)
 
     @staticmethod
-    def infer(node, graph, shapes):
+    def infer(node: Node, graph: Graph, shapes: Shapes) -> list[Shape]:
         spec = _reshape_spec(node, graph, None)
         if spec is None:
             return _declared(node, graph)
-        return [_resolve_shape(node, spec, _size(shapes[0]))]
+        return [_resolve_shape(node, spec, _size(required(node, shapes, 0)))]
 
     @staticmethod
-    def run_cpu(node, graph, inputs):
-        x = inputs[0]
+    def run_cpu(node: Node, graph: Graph, inputs: Inputs) -> list[np.ndarray]:
+        x = required(node, inputs, 0)
         spec = _reshape_spec(node, graph, inputs)
         shape = graph.tensors[node.outputs[0]].shape if spec is None else _resolve_shape(node, spec, x.size)
         return [x.reshape(shape)]
 
     @staticmethod
-    def gpu_support(node, graph):
+    def gpu_support(node: Node, graph: Graph) -> bool | str:
         return _gpu_check(node, graph)
 
     lower = staticmethod(_lower_reshape)
@@ -275,30 +292,29 @@ class Squeeze(Op):
     name = "SQUEEZE"
 
     @staticmethod
-    def check(node, graph):
+    def check(node: Node, graph: Graph) -> None:
         input_count(node, 1)
         _outputs(node, 1)
 
     @staticmethod
-    def infer(node, graph, shapes):
-        axes = _squeeze_axes(node, shapes[0])
-        return [tuple(d for i, d in enumerate(shapes[0]) if i not in axes)]
+    def infer(node: Node, graph: Graph, shapes: Shapes) -> list[Shape]:
+        xs = required(node, shapes, 0)
+        axes = _squeeze_axes(node, xs)
+        return [tuple(d for i, d in enumerate(xs) if i not in axes)]
 
     @staticmethod
-    def run_cpu(node, graph, inputs):
-        return [np.squeeze(inputs[0], _squeeze_axes(node, inputs[0].shape))]
+    def run_cpu(node: Node, graph: Graph, inputs: Inputs) -> list[np.ndarray]:
+        x = required(node, inputs, 0)
+        return [np.squeeze(x, _squeeze_axes(node, x.shape))]
 
     @staticmethod
-    def gpu_support(node, graph):
+    def gpu_support(node: Node, graph: Graph) -> bool | str:
         return _gpu_check(node, graph)
 
     lower = staticmethod(_lower_reshape)
 
 
-def _expand_axis(node: Node, graph: Graph, inputs, rank: int) -> int | None:
-    v = _value(node, graph, inputs, 1)
-    if v is None:
-        return None
+def _expand_axis(node: Node, v: np.ndarray, rank: int) -> int:
     axis = _scalar(node, v, "axis")
     if not -rank - 1 <= axis <= rank:
         raise ModelError(f"{node}: axis {axis} is out of range for a rank {rank} input")
@@ -310,23 +326,25 @@ class ExpandDims(Op):
     name = "EXPAND_DIMS"
 
     @staticmethod
-    def check(node, graph):
+    def check(node: Node, graph: Graph) -> None:
         input_count(node, 2)
         _outputs(node, 1)
 
     @staticmethod
-    def infer(node, graph, shapes):
-        axis = _expand_axis(node, graph, None, len(shapes[0]))
-        if axis is None:
+    def infer(node: Node, graph: Graph, shapes: Shapes) -> list[Shape]:
+        xs, v = required(node, shapes, 0), _const(node, graph, 1)
+        if v is None:
             return _declared(node, graph)
-        return [shapes[0][:axis] + (1,) + shapes[0][axis:]]
+        axis = _expand_axis(node, v, len(xs))
+        return [xs[:axis] + (1,) + xs[axis:]]
 
     @staticmethod
-    def run_cpu(node, graph, inputs):
-        return [np.expand_dims(inputs[0], _expand_axis(node, graph, inputs, inputs[0].ndim))]
+    def run_cpu(node: Node, graph: Graph, inputs: Inputs) -> list[np.ndarray]:
+        x = required(node, inputs, 0)
+        return [np.expand_dims(x, _expand_axis(node, required(node, inputs, 1), x.ndim))]
 
     @staticmethod
-    def gpu_support(node, graph):
+    def gpu_support(node: Node, graph: Graph) -> bool | str:
         return _gpu_check(node, graph)
 
     lower = staticmethod(_lower_reshape)
@@ -351,7 +369,7 @@ class Concatenation(Op):
     name = "CONCATENATION"
 
     @staticmethod
-    def check(node, graph):
+    def check(node: Node, graph: Graph) -> None:
         if not node.inputs:
             raise ModelError(f"{node}: needs at least one input")
         _outputs(node, 1)
@@ -362,21 +380,22 @@ class Concatenation(Op):
             raise ModelError(f"{node}: unsupported fused activation {act}")
 
     @staticmethod
-    def infer(node, graph, shapes):
-        return [_concat_shape(node, shapes)[1]]
+    def infer(node: Node, graph: Graph, shapes: Shapes) -> list[Shape]:
+        return [_concat_shape(node, all_required(node, shapes))[1]]
 
     @staticmethod
-    def run_cpu(node, graph, inputs):
-        axis, _ = _concat_shape(node, [x.shape for x in inputs])
+    def run_cpu(node: Node, graph: Graph, inputs: Inputs) -> list[np.ndarray]:
+        arrays = all_required(node, inputs)
+        axis, _ = _concat_shape(node, [x.shape for x in arrays])
         act = int(node.attrs.get("fused_activation_function", ACT_NONE))
         out = graph.tensors[node.outputs[0]]
         if out.dtype.kind == "f":
-            return [apply_activation(np.concatenate(inputs, axis).astype(out.dtype, copy=False), act)]
+            return [apply_activation(np.concatenate(arrays, axis).astype(out.dtype, copy=False), act)]
         if out.quant is None or out.dtype not in (np.int8, np.uint8, np.int16):
-            return [np.concatenate(inputs, axis)]
+            return [np.concatenate(arrays, axis)]
         oscale, ozp = out.quant.scalar()
         parts = []
-        for t, x in zip(node.inputs, inputs):
+        for t, x in zip(node.inputs, arrays):
             q = graph.tensors[t].quant
             if q is not None and q.scalar() != (oscale, ozp):
                 x = k.requantize_copy(x.astype(out.dtype, copy=False), *q.scalar(), oscale, ozp)
@@ -388,7 +407,7 @@ class Concatenation(Op):
         return [y]
 
     @staticmethod
-    def gpu_support(node, graph):
+    def gpu_support(node: Node, graph: Graph) -> bool | str:
         if len(node.inputs) > MAX_CONCAT_PARTS:
             return f"{len(node.inputs)} inputs; the GPU kernel joins at most {MAX_CONCAT_PARTS}"
         if all(graph.constant_like(t) for t in node.inputs):
@@ -409,7 +428,7 @@ class Pack(Op):
     name = "PACK"
 
     @staticmethod
-    def check(node, graph):
+    def check(node: Node, graph: Graph) -> None:
         if not node.inputs or any(t < 0 for t in node.inputs):
             raise ModelError(f"{node}: needs at least one input and none omitted")
         _outputs(node, 1)
@@ -418,19 +437,21 @@ class Pack(Op):
             raise ModelError(f"{node}: values_count {count} but {len(node.inputs)} inputs")
 
     @staticmethod
-    def infer(node, graph, shapes):
-        if any(s != shapes[0] for s in shapes):
-            raise ModelError(f"{node}: inputs have different shapes {[list(s) for s in shapes]}")
-        axis = _axis(node, int(node.attrs.get("axis", 0)), len(shapes[0]) + 1)
-        return [shapes[0][:axis] + (len(shapes),) + shapes[0][axis:]]
+    def infer(node: Node, graph: Graph, shapes: Shapes) -> list[Shape]:
+        given = all_required(node, shapes)
+        if any(s != given[0] for s in given):
+            raise ModelError(f"{node}: inputs have different shapes {[list(s) for s in given]}")
+        axis = _axis(node, int(node.attrs.get("axis", 0)), len(given[0]) + 1)
+        return [given[0][:axis] + (len(given),) + given[0][axis:]]
 
     @staticmethod
-    def run_cpu(node, graph, inputs):
-        Pack.infer(node, graph, [x.shape for x in inputs])
-        return [np.stack(inputs, _axis(node, int(node.attrs.get("axis", 0)), inputs[0].ndim + 1))]
+    def run_cpu(node: Node, graph: Graph, inputs: Inputs) -> list[np.ndarray]:
+        arrays = all_required(node, inputs)
+        Pack.infer(node, graph, [x.shape for x in arrays])
+        return [np.stack(arrays, _axis(node, int(node.attrs.get("axis", 0)), arrays[0].ndim + 1))]
 
     @staticmethod
-    def gpu_support(node, graph):
+    def gpu_support(node: Node, graph: Graph) -> bool | str:
         return Concatenation.gpu_support(node, graph)
 
     @staticmethod
@@ -438,7 +459,7 @@ class Pack(Op):
         dst = ctx.output(node, 0)
         rank = len(ctx.shape(dst))
         axis = _axis(node, int(node.attrs.get("axis", 0)), rank)
-        parts = []
+        parts: list[tuple[int, BHWC]] = []
         for n in range(len(node.inputs)):
             t = ctx.input(node, n)
             shape = ctx.shape(t)
@@ -451,29 +472,29 @@ class Unpack(Op):
     name = "UNPACK"
 
     @staticmethod
-    def check(node, graph):
+    def check(node: Node, graph: Graph) -> None:
         input_count(node, 1)
         num = int(node.attrs.get("num", len(node.outputs)))
         if num != len(node.outputs):
             raise ModelError(f"{node}: num {num} but {len(node.outputs)} outputs")
 
     @staticmethod
-    def infer(node, graph, shapes):
-        s = shapes[0]
+    def infer(node: Node, graph: Graph, shapes: Shapes) -> list[Shape]:
+        s = required(node, shapes, 0)
         axis = _axis(node, int(node.attrs.get("axis", 0)), len(s))
         if s[axis] != len(node.outputs):
             raise ModelError(f"{node}: dimension {axis} of shape {list(s)} is not {len(node.outputs)}")
         return [s[:axis] + s[axis + 1:]] * len(node.outputs)
 
     @staticmethod
-    def run_cpu(node, graph, inputs):
-        x = inputs[0]
+    def run_cpu(node: Node, graph: Graph, inputs: Inputs) -> list[np.ndarray]:
+        x = required(node, inputs, 0)
         Unpack.infer(node, graph, [x.shape])
         axis = _axis(node, int(node.attrs.get("axis", 0)), x.ndim)
         return _contiguous(list(np.moveaxis(x, axis, 0)))
 
     @staticmethod
-    def gpu_support(node, graph):
+    def gpu_support(node: Node, graph: Graph) -> bool | str:
         return _gpu_check(node, graph, plan=lambda n, g: Unpack.infer(n, g, [g.tensors[n.inputs[0]].shape]))
 
     @staticmethod
@@ -507,17 +528,15 @@ class Split(Op):
     name = "SPLIT"
 
     @staticmethod
-    def check(node, graph):
+    def check(node: Node, graph: Graph) -> None:
         input_count(node, 2)
         n = int(node.attrs.get("num_splits", len(node.outputs)))
         if n != len(node.outputs) or n < 1:
             raise ModelError(f"{node}: num_splits {n} but {len(node.outputs)} outputs")
 
     @staticmethod
-    def _plan(node: Node, graph: Graph, inputs, shape: Shape) -> tuple[int, list[int]] | None:
-        v = _value(node, graph, inputs, 0)
-        if v is None:
-            return None
+    def _plan(node: Node, v: np.ndarray, shape: Shape) -> tuple[int, list[int]]:
+        """(axis, sizes) from the axis input's value ``v``."""
         axis = _axis(node, _scalar(node, v, "axis"), len(shape))
         n = len(node.outputs)
         if shape[axis] % n:
@@ -525,25 +544,30 @@ class Split(Op):
         return axis, [shape[axis] // n] * n
 
     @staticmethod
-    def infer(node, graph, shapes):
-        plan = Split._plan(node, graph, None, shapes[1])
-        return _declared(node, graph) if plan is None else _split(shapes[1], *plan)
+    def infer(node: Node, graph: Graph, shapes: Shapes) -> list[Shape]:
+        v = _const(node, graph, 0)
+        if v is None:
+            return _declared(node, graph)
+        xs = required(node, shapes, 1)
+        return _split(xs, *Split._plan(node, v, xs))
 
     @staticmethod
-    def run_cpu(node, graph, inputs):
-        axis, sizes = Split._plan(node, graph, inputs, inputs[1].shape)
-        return _contiguous(np.split(inputs[1], np.cumsum(sizes)[:-1], axis))
+    def run_cpu(node: Node, graph: Graph, inputs: Inputs) -> list[np.ndarray]:
+        x = required(node, inputs, 1)
+        axis, sizes = Split._plan(node, required(node, inputs, 0), x.shape)
+        return _contiguous(np.split(x, np.cumsum(sizes)[:-1], axis))
 
     @staticmethod
-    def gpu_support(node, graph):
+    def gpu_support(node: Node, graph: Graph) -> bool | str:
         return _gpu_check(node, graph, data=(1,), params={0: "axis"},
-                          plan=lambda n, g: Split._plan(n, g, None, g.tensors[n.inputs[1]].shape))
+                          plan=lambda n, g: Split._plan(n, const_input(n, g, 0, "axis"),
+                                                        g.tensors[n.inputs[1]].shape))
 
     @staticmethod
     def lower(node: Node, graph: Graph, ctx: LowerContext) -> None:
         src = ctx.input(node, 1)
         shape = ctx.shape(src)
-        axis, sizes = Split._plan(node, graph, None, shape)
+        axis, sizes = Split._plan(node, const_input(node, graph, 0, "axis"), shape)
         offset = 0
         for n, size in enumerate(sizes):
             index = [range(offset, offset + size) if i == axis else range(d) for i, d in enumerate(shape)]
@@ -556,17 +580,15 @@ class SplitV(Op):
     name = "SPLIT_V"
 
     @staticmethod
-    def check(node, graph):
+    def check(node: Node, graph: Graph) -> None:
         input_count(node, 3)
         n = int(node.attrs.get("num_splits", len(node.outputs)))
         if n != len(node.outputs) or n < 1:
             raise ModelError(f"{node}: num_splits {n} but {len(node.outputs)} outputs")
 
     @staticmethod
-    def _plan(node: Node, graph: Graph, inputs, shape: Shape) -> tuple[int, list[int]] | None:
-        sv, av = _value(node, graph, inputs, 1), _value(node, graph, inputs, 2)
-        if sv is None or av is None:
-            return None
+    def _plan(node: Node, sv: np.ndarray, av: np.ndarray, shape: Shape) -> tuple[int, list[int]]:
+        """(axis, sizes) from the values of the size_splits and axis inputs."""
         axis = _axis(node, _scalar(node, av, "axis"), len(shape))
         sizes = _ints(node, sv, "size_splits")
         if len(sizes) != len(node.outputs):
@@ -574,25 +596,34 @@ class SplitV(Op):
         return axis, _split_sizes(node, shape[axis], sizes)
 
     @staticmethod
-    def infer(node, graph, shapes):
-        plan = SplitV._plan(node, graph, None, shapes[0])
-        return _declared(node, graph) if plan is None else _split(shapes[0], *plan)
+    def infer(node: Node, graph: Graph, shapes: Shapes) -> list[Shape]:
+        sv, av = _const(node, graph, 1), _const(node, graph, 2)
+        if sv is None or av is None:
+            return _declared(node, graph)
+        xs = required(node, shapes, 0)
+        return _split(xs, *SplitV._plan(node, sv, av, xs))
 
     @staticmethod
-    def run_cpu(node, graph, inputs):
-        axis, sizes = SplitV._plan(node, graph, inputs, inputs[0].shape)
-        return _contiguous(np.split(inputs[0], np.cumsum(sizes)[:-1], axis))
+    def run_cpu(node: Node, graph: Graph, inputs: Inputs) -> list[np.ndarray]:
+        x = required(node, inputs, 0)
+        axis, sizes = SplitV._plan(node, required(node, inputs, 1), required(node, inputs, 2), x.shape)
+        return _contiguous(np.split(x, np.cumsum(sizes)[:-1], axis))
 
     @staticmethod
-    def gpu_support(node, graph):
+    def _const_plan(node: Node, graph: Graph, shape: Shape) -> tuple[int, list[int]]:
+        return SplitV._plan(node, const_input(node, graph, 1, "size_splits"), const_input(node, graph, 2, "axis"),
+                            shape)
+
+    @staticmethod
+    def gpu_support(node: Node, graph: Graph) -> bool | str:
         return _gpu_check(node, graph, params={1: "size_splits", 2: "axis"},
-                          plan=lambda n, g: SplitV._plan(n, g, None, g.tensors[n.inputs[0]].shape))
+                          plan=lambda n, g: SplitV._const_plan(n, g, g.tensors[n.inputs[0]].shape))
 
     @staticmethod
     def lower(node: Node, graph: Graph, ctx: LowerContext) -> None:
         src = ctx.input(node, 0)
         shape = ctx.shape(src)
-        axis, sizes = SplitV._plan(node, graph, None, shape)
+        axis, sizes = SplitV._const_plan(node, graph, shape)
         offset = 0
         for n, size in enumerate(sizes):
             index = [range(offset, offset + size) if i == axis else range(d) for i, d in enumerate(shape)]
@@ -602,10 +633,8 @@ class SplitV(Op):
 
 # -- slicing ------------------------------------------------------------------------------------------------
 
-def _slice_plan(node: Node, graph: Graph, inputs, shape: Shape) -> tuple[list[int], list[int]] | None:
-    bv, sv = _value(node, graph, inputs, 1), _value(node, graph, inputs, 2)
-    if bv is None or sv is None:
-        return None
+def _slice_plan(node: Node, bv: np.ndarray, sv: np.ndarray, shape: Shape) -> tuple[list[int], list[int]]:
+    """(begin, size) from the values of the begin and size inputs, a size of -1 resolved."""
     begin, size = _ints(node, bv, "begin"), _ints(node, sv, "size")
     if len(begin) != len(shape) or len(size) != len(shape):
         raise ModelError(f"{node}: begin {begin} and size {size} must have one entry per dimension of "
@@ -624,33 +653,41 @@ class Slice(Op):
     name = "SLICE"
 
     @staticmethod
-    def check(node, graph):
+    def check(node: Node, graph: Graph) -> None:
         input_count(node, 3)
         _outputs(node, 1)
 
     @staticmethod
-    def infer(node, graph, shapes):
-        plan = _slice_plan(node, graph, None, shapes[0])
-        return _declared(node, graph) if plan is None else [tuple(plan[1])]
+    def infer(node: Node, graph: Graph, shapes: Shapes) -> list[Shape]:
+        bv, sv = _const(node, graph, 1), _const(node, graph, 2)
+        if bv is None or sv is None:
+            return _declared(node, graph)
+        return [tuple(_slice_plan(node, bv, sv, required(node, shapes, 0))[1])]
 
     @staticmethod
-    def run_cpu(node, graph, inputs):
-        begin, size = _slice_plan(node, graph, inputs, inputs[0].shape)
-        return _contiguous([inputs[0][tuple(slice(b, b + s) for b, s in zip(begin, size))]])
+    def run_cpu(node: Node, graph: Graph, inputs: Inputs) -> list[np.ndarray]:
+        x = required(node, inputs, 0)
+        begin, size = _slice_plan(node, required(node, inputs, 1), required(node, inputs, 2), x.shape)
+        return _contiguous([x[tuple(slice(b, b + s) for b, s in zip(begin, size))]])
 
     @staticmethod
-    def gpu_support(node, graph):
+    def _const_plan(node: Node, graph: Graph, shape: Shape) -> tuple[list[int], list[int]]:
+        return _slice_plan(node, const_input(node, graph, 1, "begin"), const_input(node, graph, 2, "size"), shape)
+
+    @staticmethod
+    def gpu_support(node: Node, graph: Graph) -> bool | str:
         return _gpu_check(node, graph, params={1: "begin", 2: "size"},
-                          plan=lambda n, g: _slice_plan(n, g, None, g.tensors[n.inputs[0]].shape))
+                          plan=lambda n, g: Slice._const_plan(n, g, g.tensors[n.inputs[0]].shape))
 
     @staticmethod
     def lower(node: Node, graph: Graph, ctx: LowerContext) -> None:
         src = ctx.input(node, 0)
-        begin, size = _slice_plan(node, graph, None, ctx.shape(src))
+        begin, size = Slice._const_plan(node, graph, ctx.shape(src))
         _lower_slice(ctx, src, ctx.output(node, 0), [range(b, b + s) for b, s in zip(begin, size)])
 
 
-def _strided_plan(node: Node, shape: Shape, begin: list[int], end: list[int], strides: list[int]):
+def _strided_plan(node: Node, shape: Shape, begin: list[int], end: list[int],
+                  strides: list[int]) -> tuple[Shape, Index]:
     """TFLite's BuildStridedSliceParams + StridedSlice{Start,End}ForAxis.
 
     Returns (effective input shape with the new axes inserted, one index per effective dimension: an int
@@ -687,7 +724,8 @@ def _strided_plan(node: Node, shape: Shape, begin: list[int], end: list[int], st
             eff_new |= 1 << i
         i += 1
 
-    eff_shape, index = [], []
+    eff_shape: list[int] = []
+    index: list[int | slice] = []
     added_ellipsis = added_axes = 0
     for i in range(dims):
         if eff_ellipsis >> i & 1:
@@ -731,11 +769,13 @@ def _strided_plan(node: Node, shape: Shape, begin: list[int], end: list[int], st
     return tuple(eff_shape), tuple(index)
 
 
-def _strided_args(node: Node, graph: Graph, inputs) -> tuple[list[int], list[int], list[int]] | None:
-    vals = [_value(node, graph, inputs, i) for i in (1, 2, 3)]
-    if any(v is None for v in vals):
-        return None
-    return tuple(_ints(node, v, what) for v, what in zip(vals, ("begin", "end", "strides")))
+_STRIDED_ARGS = {1: "begin", 2: "end", 3: "strides"}
+
+
+def _strided_args(node: Node, values: list[np.ndarray]) -> tuple[list[int], list[int], list[int]]:
+    """(begin, end, strides) from the values of inputs 1 to 3."""
+    begin, end, strides = (_ints(node, v, what) for v, what in zip(values, _STRIDED_ARGS.values()))
+    return begin, end, strides
 
 
 @register
@@ -743,34 +783,41 @@ class StridedSlice(Op):
     name = "STRIDED_SLICE"
 
     @staticmethod
-    def check(node, graph):
+    def check(node: Node, graph: Graph) -> None:
         input_count(node, 4)
         _outputs(node, 1)
 
     @staticmethod
-    def infer(node, graph, shapes):
-        args = _strided_args(node, graph, None)
-        if args is None:
+    def infer(node: Node, graph: Graph, shapes: Shapes) -> list[Shape]:
+        values = [_const(node, graph, i) for i in _STRIDED_ARGS]
+        known = [v for v in values if v is not None]
+        if len(known) < len(values):
             return _declared(node, graph)
-        eff_shape, index = _strided_plan(node, shapes[0], *args)
+        eff_shape, index = _strided_plan(node, required(node, shapes, 0), *_strided_args(node, known))
         return [tuple(len(range(*ix.indices(d))) for d, ix in zip(eff_shape, index) if isinstance(ix, slice))]
 
     @staticmethod
-    def run_cpu(node, graph, inputs):
-        eff_shape, index = _strided_plan(node, inputs[0].shape, *_strided_args(node, graph, inputs))
-        return _contiguous([inputs[0].reshape(eff_shape)[index]])
+    def run_cpu(node: Node, graph: Graph, inputs: Inputs) -> list[np.ndarray]:
+        x = required(node, inputs, 0)
+        args = _strided_args(node, [required(node, inputs, i) for i in _STRIDED_ARGS])
+        eff_shape, index = _strided_plan(node, x.shape, *args)
+        return _contiguous([x.reshape(eff_shape)[index]])
 
     @staticmethod
-    def gpu_support(node, graph):
-        return _gpu_check(node, graph, params={1: "begin", 2: "end", 3: "strides"},
-                          plan=lambda n, g: _strided_plan(n, g.tensors[n.inputs[0]].shape,
-                                                          *_strided_args(n, g, None)))
+    def _const_plan(node: Node, graph: Graph, shape: Shape) -> tuple[Shape, Index]:
+        args = _strided_args(node, [const_input(node, graph, i, what) for i, what in _STRIDED_ARGS.items()])
+        return _strided_plan(node, shape, *args)
+
+    @staticmethod
+    def gpu_support(node: Node, graph: Graph) -> bool | str:
+        return _gpu_check(node, graph, params=_STRIDED_ARGS,
+                          plan=lambda n, g: StridedSlice._const_plan(n, g, g.tensors[n.inputs[0]].shape))
 
     @staticmethod
     def lower(node: Node, graph: Graph, ctx: LowerContext) -> None:
         src = ctx.input(node, 0)
         shape = ctx.shape(src)
-        eff_shape, eff_index = _strided_plan(node, shape, *_strided_args(node, graph, None))
+        eff_shape, eff_index = StridedSlice._const_plan(node, graph, shape)
         # New axes are effective dimensions of size 1 that src lacks: matching the dimensions of size > 1
         # pairs every other effective dimension with its src dimension.
         big = [ix if isinstance(ix, int) else range(*ix.indices(d))
@@ -780,10 +827,7 @@ class StridedSlice(Op):
 
 # -- reordering ---------------------------------------------------------------------------------------------
 
-def _perm(node: Node, graph: Graph, inputs, rank: int) -> list[int] | None:
-    v = _value(node, graph, inputs, 1)
-    if v is None:
-        return None
+def _perm(node: Node, v: np.ndarray, rank: int) -> list[int]:
     perm = _ints(node, v, "perm")
     if sorted(perm) != list(range(rank)):
         raise ModelError(f"{node}: perm {perm} is not a permutation of the {rank} input dimensions")
@@ -795,38 +839,39 @@ class Transpose(Op):
     name = "TRANSPOSE"
 
     @staticmethod
-    def check(node, graph):
+    def check(node: Node, graph: Graph) -> None:
         input_count(node, 2)
         _outputs(node, 1)
 
     @staticmethod
-    def infer(node, graph, shapes):
-        perm = _perm(node, graph, None, len(shapes[0]))
-        return _declared(node, graph) if perm is None else [tuple(shapes[0][p] for p in perm)]
+    def infer(node: Node, graph: Graph, shapes: Shapes) -> list[Shape]:
+        xs, v = required(node, shapes, 0), _const(node, graph, 1)
+        if v is None:
+            return _declared(node, graph)
+        return [tuple(xs[p] for p in _perm(node, v, len(xs)))]
 
     @staticmethod
-    def run_cpu(node, graph, inputs):
-        return [np.ascontiguousarray(inputs[0].transpose(_perm(node, graph, inputs, inputs[0].ndim)))]
+    def run_cpu(node: Node, graph: Graph, inputs: Inputs) -> list[np.ndarray]:
+        x = required(node, inputs, 0)
+        v = _value(node, graph, inputs, 1)  # omitted: numpy's transpose(None) reverses the dimensions
+        return [np.ascontiguousarray(x.transpose(None if v is None else _perm(node, v, x.ndim)))]
 
     @staticmethod
-    def gpu_support(node, graph):
+    def gpu_support(node: Node, graph: Graph) -> bool | str:
         return _gpu_check(node, graph, params={1: "perm"},
-                          plan=lambda n, g: _perm(n, g, None, len(g.tensors[n.inputs[0]].shape)))
+                          plan=lambda n, g: _perm(n, const_input(n, g, 1, "perm"), len(g.tensors[n.inputs[0]].shape)))
 
     @staticmethod
     def lower(node: Node, graph: Graph, ctx: LowerContext) -> None:
         src = ctx.input(node, 0)
         rank = len(ctx.shape(src))
         source = [0] * rank
-        for j, p in enumerate(_perm(node, graph, None, rank)):
+        for j, p in enumerate(_perm(node, const_input(node, graph, 1, "perm"), rank)):
             source[p] = j
         _remap(ctx, src, ctx.output(node, 0), [0] * rank, [1] * rank, source)
 
 
-def _multiples(node: Node, graph: Graph, inputs, rank: int) -> list[int] | None:
-    v = _value(node, graph, inputs, 1)
-    if v is None:
-        return None
+def _multiples(node: Node, v: np.ndarray, rank: int) -> list[int]:
     m = _ints(node, v, "multiples")
     if len(m) != rank or any(x < 0 for x in m):
         raise ModelError(f"{node}: multiples {m} must hold {rank} values >= 0")
@@ -838,23 +883,27 @@ class Tile(Op):
     name = "TILE"
 
     @staticmethod
-    def check(node, graph):
+    def check(node: Node, graph: Graph) -> None:
         input_count(node, 2)
         _outputs(node, 1)
 
     @staticmethod
-    def infer(node, graph, shapes):
-        m = _multiples(node, graph, None, len(shapes[0]))
-        return _declared(node, graph) if m is None else [tuple(d * r for d, r in zip(shapes[0], m))]
+    def infer(node: Node, graph: Graph, shapes: Shapes) -> list[Shape]:
+        xs, v = required(node, shapes, 0), _const(node, graph, 1)
+        if v is None:
+            return _declared(node, graph)
+        return [tuple(d * r for d, r in zip(xs, _multiples(node, v, len(xs))))]
 
     @staticmethod
-    def run_cpu(node, graph, inputs):
-        return [np.tile(inputs[0], _multiples(node, graph, inputs, inputs[0].ndim))]
+    def run_cpu(node: Node, graph: Graph, inputs: Inputs) -> list[np.ndarray]:
+        x = required(node, inputs, 0)
+        return [np.tile(x, _multiples(node, required(node, inputs, 1), x.ndim))]
 
     @staticmethod
-    def gpu_support(node, graph):
+    def gpu_support(node: Node, graph: Graph) -> bool | str:
         return _gpu_check(node, graph, params={1: "multiples"},
-                          plan=lambda n, g: _multiples(n, g, None, len(g.tensors[n.inputs[0]].shape)))
+                          plan=lambda n, g: _multiples(n, const_input(n, g, 1, "multiples"),
+                                                       len(g.tensors[n.inputs[0]].shape)))
 
     @staticmethod
     def lower(node: Node, graph: Graph, ctx: LowerContext) -> None:
@@ -882,21 +931,21 @@ class Gather(Op):
     name = "GATHER"
 
     @staticmethod
-    def check(node, graph):
+    def check(node: Node, graph: Graph) -> None:
         input_count(node, 2)
         _outputs(node, 1)
         if node.inputs[1] < 0 or graph.tensors[node.inputs[1]].dtype.kind not in "iu":
             raise ModelError(f"{node}: indices must be an integer tensor")
 
     @staticmethod
-    def infer(node, graph, shapes):
-        p, i = shapes
+    def infer(node: Node, graph: Graph, shapes: Shapes) -> list[Shape]:
+        p, i = all_required(node, shapes)
         axis, bd = _gather_axes(node, p, i)
         return [p[:axis] + i[bd:] + p[axis + 1:]]
 
     @staticmethod
-    def run_cpu(node, graph, inputs):
-        params, indices = inputs
+    def run_cpu(node: Node, graph: Graph, inputs: Inputs) -> list[np.ndarray]:
+        params, indices = all_required(node, inputs)
         axis, bd = _gather_axes(node, params.shape, indices.shape)
         if indices.size and (indices.min() < 0 or indices.max() >= params.shape[axis]):
             raise ModelError(f"{node}: gather index out of bounds: indices span [{indices.min()}, "
@@ -904,7 +953,7 @@ class Gather(Op):
         return [k.gather(params, indices, axis, bd)]
 
     @staticmethod
-    def gpu_support(node, graph):
+    def gpu_support(node: Node, graph: Graph) -> bool | str:
         verdict = _gpu_check(node, graph, params={1: "indices"})
         if verdict is not True:
             return verdict
@@ -935,7 +984,7 @@ class Gather(Op):
             rows[1:2 * values.size:2] = values // 2048
             return rows.reshape(-1, 4)
 
-        defines = {"COUNT": values.size, "AXIS_SIZE": shape[axis], "INNER": _size(shape[axis + 1:]),
+        defines: Defines = {"COUNT": values.size, "AXIS_SIZE": shape[axis], "INNER": _size(shape[axis + 1:]),
                    "VEC4": axis < len(shape) - 1}
         dst = ctx.output(node, 0)
         ctx.kernel("gather", {"src": src}, {"dst": dst}, {"table": ctx.const(f"gather:{indices}", table)}, defines,
@@ -947,15 +996,13 @@ class OneHot(Op):
     name = "ONE_HOT"
 
     @staticmethod
-    def check(node, graph):
+    def check(node: Node, graph: Graph) -> None:
         input_count(node, 4)
         _outputs(node, 1)
 
     @staticmethod
-    def _plan(node: Node, graph: Graph, inputs, rank: int) -> tuple[int, int] | None:
-        v = _value(node, graph, inputs, 1)
-        if v is None:
-            return None
+    def _plan(node: Node, v: np.ndarray, rank: int) -> tuple[int, int]:
+        """(depth, axis) from the depth input's value ``v`` and the indices' rank."""
         depth = _scalar(node, v, "depth")
         if depth < 0:
             raise ModelError(f"{node}: depth {depth} is negative")
@@ -965,18 +1012,19 @@ class OneHot(Op):
         return depth, rank if axis == -1 else axis
 
     @staticmethod
-    def infer(node, graph, shapes):
-        plan = OneHot._plan(node, graph, None, len(shapes[0]))
-        if plan is None:
+    def infer(node: Node, graph: Graph, shapes: Shapes) -> list[Shape]:
+        xs, v = required(node, shapes, 0), _const(node, graph, 1)
+        if v is None:
             return _declared(node, graph)
-        depth, axis = plan
-        return [shapes[0][:axis] + (depth,) + shapes[0][axis:]]
+        depth, axis = OneHot._plan(node, v, len(xs))
+        return [xs[:axis] + (depth,) + xs[axis:]]
 
     @staticmethod
-    def run_cpu(node, graph, inputs):
-        depth, axis = OneHot._plan(node, graph, inputs, inputs[0].ndim)
+    def run_cpu(node: Node, graph: Graph, inputs: Inputs) -> list[np.ndarray]:
+        indices, depth_v, on, off = all_required(node, inputs)
+        depth, axis = OneHot._plan(node, depth_v, indices.ndim)
         dtype = graph.tensors[node.outputs[0]].dtype
-        return [k.one_hot(inputs[0], depth, inputs[2].reshape(-1)[0], inputs[3].reshape(-1)[0], axis, dtype)]
+        return [k.one_hot(indices, depth, on.reshape(-1)[0], off.reshape(-1)[0], axis, dtype)]
 
 
 @register
@@ -984,27 +1032,25 @@ class ShapeOp(Op):
     name = "SHAPE"
 
     @staticmethod
-    def check(node, graph):
+    def check(node: Node, graph: Graph) -> None:
         input_count(node, 1)
         _outputs(node, 1)
         if graph.tensors[node.outputs[0]].dtype not in (np.int32, np.int64):
             raise ModelError(f"{node}: output type must be int32 or int64")
 
     @staticmethod
-    def infer(node, graph, shapes):
-        return [(len(shapes[0]),)]
+    def infer(node: Node, graph: Graph, shapes: Shapes) -> list[Shape]:
+        return [(len(required(node, shapes, 0)),)]
 
     @staticmethod
-    def run_cpu(node, graph, inputs):
-        return [np.array(inputs[0].shape, graph.tensors[node.outputs[0]].dtype)]
+    def run_cpu(node: Node, graph: Graph, inputs: Inputs) -> list[np.ndarray]:
+        return [np.array(required(node, inputs, 0).shape, graph.tensors[node.outputs[0]].dtype)]
 
 
 # -- padding and block rearrangement ------------------------------------------------------------------------
 
-def _paddings(node: Node, graph: Graph, inputs, rank: int) -> np.ndarray | None:
-    v = _value(node, graph, inputs, 1)
-    if v is None:
-        return None
+def _paddings(node: Node, v: np.ndarray, rank: int) -> np.ndarray:
+    """The paddings input's value ``v`` as [rank, 2] (before, after)."""
     pads = np.asarray(_ints(node, v, "paddings"), np.int64)
     if pads.size != 2 * rank or pads.min(initial=0) < 0:
         raise ModelError(f"{node}: paddings must be a [{rank}, 2] tensor of values >= 0, got "
@@ -1022,22 +1068,25 @@ class Pad(Op):
     aliases = ("PADV2",)
 
     @staticmethod
-    def check(node, graph):
+    def check(node: Node, graph: Graph) -> None:
         input_count(node, 2, 3 if node.op == "PADV2" else 2)
         _outputs(node, 1)
 
     @staticmethod
-    def infer(node, graph, shapes):
-        pads = _paddings(node, graph, None, len(shapes[0]))
-        return _declared(node, graph) if pads is None else [_padded(shapes[0], pads)]
+    def infer(node: Node, graph: Graph, shapes: Shapes) -> list[Shape]:
+        xs, v = required(node, shapes, 0), _const(node, graph, 1)
+        if v is None:
+            return _declared(node, graph)
+        return [_padded(xs, _paddings(node, v, len(xs)))]
 
     @staticmethod
-    def run_cpu(node, graph, inputs):
-        x = inputs[0]
-        pads = _paddings(node, graph, inputs, x.ndim)
+    def run_cpu(node: Node, graph: Graph, inputs: Inputs) -> list[np.ndarray]:
+        x = required(node, inputs, 0)
+        pads = _paddings(node, required(node, inputs, 1), x.ndim)
         out = graph.tensors[node.outputs[0]]
-        if len(inputs) > 2 and inputs[2] is not None:
-            value = inputs[2].reshape(-1)[0]
+        given = inputs[2] if len(inputs) > 2 else None
+        if given is not None:
+            value = given.reshape(-1)[0]
         elif out.quant is not None and out.dtype.kind in "iu":
             value = out.quant.scalar()[1]  # quantized zero
         else:
@@ -1045,11 +1094,12 @@ class Pad(Op):
         return [np.pad(x, pads, constant_values=np.asarray(value).astype(x.dtype))]
 
     @staticmethod
-    def gpu_support(node, graph):
+    def gpu_support(node: Node, graph: Graph) -> bool | str:
         params = {1: "paddings", 2: "constant value"} if len(node.inputs) > 2 and node.inputs[2] >= 0 \
             else {1: "paddings"}
         return _gpu_check(node, graph, params=params,
-                          plan=lambda n, g: _paddings(n, g, None, len(g.tensors[n.inputs[0]].shape)))
+                          plan=lambda n, g: _paddings(n, const_input(n, g, 1, "paddings"),
+                                                      len(g.tensors[n.inputs[0]].shape)))
 
     @staticmethod
     def lower(node: Node, graph: Graph, ctx: LowerContext) -> None:
@@ -1065,7 +1115,7 @@ class Pad(Op):
         # whole slices move when channels shift by whole slices and the source's zero padding lanes never
         # show where the pad value belongs
         vec4 = pads[3, 0] % 4 == 0 and (not pads[3].any() or (mode == 0 and (value == 0 or src_c % 4 == 0)))
-        defines = {"MODE": mode, "PAD_VALUE": value, "VEC4": bool(vec4)}
+        defines: Defines = {"MODE": mode, "PAD_VALUE": value, "VEC4": bool(vec4)}
         defines.update({f"BEFORE_{d}": int(p) for d, p in zip("BHWC", pads[:, 0])})
         ctx.kernel("pad", {"src": src}, {"dst": dst}, defines=defines, grid=ctx.grid(dst))
 
@@ -1075,37 +1125,40 @@ class MirrorPad(Op):
     name = "MIRROR_PAD"
 
     @staticmethod
-    def check(node, graph):
+    def check(node: Node, graph: Graph) -> None:
         input_count(node, 2)
         _outputs(node, 1)
         if int(node.attrs.get("mode", 0)) not in (0, 1):
             raise ModelError(f"{node}: unknown mode {node.attrs.get('mode')} (0 REFLECT, 1 SYMMETRIC)")
 
     @staticmethod
-    def _pads(node: Node, graph: Graph, inputs, shape: Shape) -> np.ndarray | None:
-        pads = _paddings(node, graph, inputs, len(shape))
-        if pads is not None:
-            offset = 1 if int(node.attrs.get("mode", 0)) == 0 else 0
-            for d, (a, b) in zip(shape, pads):
-                if max(a, b) > d - offset:
-                    raise ModelError(f"{node}: paddings {pads.tolist()} exceed what shape "
-                                     f"{list(shape)} can mirror")
+    def _pads(node: Node, v: np.ndarray, shape: Shape) -> np.ndarray:
+        pads = _paddings(node, v, len(shape))
+        offset = 1 if int(node.attrs.get("mode", 0)) == 0 else 0
+        for d, (a, b) in zip(shape, pads):
+            if max(a, b) > d - offset:
+                raise ModelError(f"{node}: paddings {pads.tolist()} exceed what shape "
+                                 f"{list(shape)} can mirror")
         return pads
 
     @staticmethod
-    def infer(node, graph, shapes):
-        pads = MirrorPad._pads(node, graph, None, shapes[0])
-        return _declared(node, graph) if pads is None else [_padded(shapes[0], pads)]
+    def infer(node: Node, graph: Graph, shapes: Shapes) -> list[Shape]:
+        xs, v = required(node, shapes, 0), _const(node, graph, 1)
+        if v is None:
+            return _declared(node, graph)
+        return [_padded(xs, MirrorPad._pads(node, v, xs))]
 
     @staticmethod
-    def run_cpu(node, graph, inputs):
-        pads = MirrorPad._pads(node, graph, inputs, inputs[0].shape)
-        return [k.mirror_pad(inputs[0], pads, 1 if int(node.attrs.get("mode", 0)) == 0 else 0)]
+    def run_cpu(node: Node, graph: Graph, inputs: Inputs) -> list[np.ndarray]:
+        x = required(node, inputs, 0)
+        pads = MirrorPad._pads(node, required(node, inputs, 1), x.shape)
+        return [k.mirror_pad(x, pads, 1 if int(node.attrs.get("mode", 0)) == 0 else 0)]
 
     @staticmethod
-    def gpu_support(node, graph):
+    def gpu_support(node: Node, graph: Graph) -> bool | str:
         return _gpu_check(node, graph, params={1: "paddings"},
-                          plan=lambda n, g: MirrorPad._pads(n, g, None, g.tensors[n.inputs[0]].shape))
+                          plan=lambda n, g: MirrorPad._pads(n, const_input(n, g, 1, "paddings"),
+                                                            g.tensors[n.inputs[0]].shape))
 
     @staticmethod
     def lower(node: Node, graph: Graph, ctx: LowerContext) -> None:
@@ -1119,7 +1172,7 @@ class MirrorPad(Op):
         # whole slices move when channels shift by whole slices and the source's zero padding lanes never
         # show where the pad value belongs
         vec4 = pads[3, 0] % 4 == 0 and (not pads[3].any() or (mode == 0 and (value == 0 or src_c % 4 == 0)))
-        defines = {"MODE": mode, "PAD_VALUE": value, "VEC4": bool(vec4)}
+        defines: Defines = {"MODE": mode, "PAD_VALUE": value, "VEC4": bool(vec4)}
         defines.update({f"BEFORE_{d}": int(p) for d, p in zip("BHWC", pads[:, 0])})
         ctx.kernel("pad", {"src": src}, {"dst": dst}, defines=defines, grid=ctx.grid(dst))
 
@@ -1138,32 +1191,34 @@ class DepthToSpace(Op):
     name = "DEPTH_TO_SPACE"
 
     @staticmethod
-    def check(node, graph):
+    def check(node: Node, graph: Graph) -> None:
         input_count(node, 1)
         _outputs(node, 1)
 
     @staticmethod
-    def infer(node, graph, shapes):
-        bs = _block(node, shapes[0])
-        b, h, w, c = shapes[0]
+    def infer(node: Node, graph: Graph, shapes: Shapes) -> list[Shape]:
+        xs = required(node, shapes, 0)
+        bs = _block(node, xs)
+        b, h, w, c = xs
         if c % (bs * bs):
             raise ModelError(f"{node}: depth {c} is not a multiple of block_size² {bs * bs}")
         return [(b, h * bs, w * bs, c // (bs * bs))]
 
     @staticmethod
-    def run_cpu(node, graph, inputs):
-        DepthToSpace.infer(node, graph, [inputs[0].shape])
-        return [k.depth_to_space(inputs[0], _block(node, inputs[0].shape))]
+    def run_cpu(node: Node, graph: Graph, inputs: Inputs) -> list[np.ndarray]:
+        x = required(node, inputs, 0)
+        DepthToSpace.infer(node, graph, [x.shape])
+        return [k.depth_to_space(x, _block(node, x.shape))]
 
     @staticmethod
-    def gpu_support(node, graph):
+    def gpu_support(node: Node, graph: Graph) -> bool | str:
         return _gpu_check(node, graph, plan=lambda n, g: DepthToSpace.infer(n, g, [g.tensors[n.inputs[0]].shape]))
 
     @staticmethod
     def lower(node: Node, graph: Graph, ctx: LowerContext) -> None:
         src, dst = ctx.input(node, 0), ctx.output(node, 0)
         vec4 = ctx.bhwc(dst)[3] % 4 == 0
-        defines = {"BLOCK": _block(node, ctx.shape(src)), "VEC4": vec4}
+        defines: Defines = {"BLOCK": _block(node, ctx.shape(src)), "VEC4": vec4}
         ctx.kernel("depth_to_space", {"src": src}, {"dst": dst}, defines=defines, grid=ctx.grid(dst))
 
 
@@ -1172,30 +1227,32 @@ class SpaceToDepth(Op):
     name = "SPACE_TO_DEPTH"
 
     @staticmethod
-    def check(node, graph):
+    def check(node: Node, graph: Graph) -> None:
         input_count(node, 1)
         _outputs(node, 1)
 
     @staticmethod
-    def infer(node, graph, shapes):
-        bs = _block(node, shapes[0])
-        b, h, w, c = shapes[0]
+    def infer(node: Node, graph: Graph, shapes: Shapes) -> list[Shape]:
+        xs = required(node, shapes, 0)
+        bs = _block(node, xs)
+        b, h, w, c = xs
         if h % bs or w % bs:
             raise ModelError(f"{node}: height {h} and width {w} must be multiples of block_size {bs}")
         return [(b, h // bs, w // bs, c * bs * bs)]
 
     @staticmethod
-    def run_cpu(node, graph, inputs):
-        SpaceToDepth.infer(node, graph, [inputs[0].shape])
-        return [k.space_to_depth(inputs[0], _block(node, inputs[0].shape))]
+    def run_cpu(node: Node, graph: Graph, inputs: Inputs) -> list[np.ndarray]:
+        x = required(node, inputs, 0)
+        SpaceToDepth.infer(node, graph, [x.shape])
+        return [k.space_to_depth(x, _block(node, x.shape))]
 
     @staticmethod
-    def gpu_support(node, graph):
+    def gpu_support(node: Node, graph: Graph) -> bool | str:
         return _gpu_check(node, graph, plan=lambda n, g: SpaceToDepth.infer(n, g, [g.tensors[n.inputs[0]].shape]))
 
     @staticmethod
     def lower(node: Node, graph: Graph, ctx: LowerContext) -> None:
         src, dst = ctx.input(node, 0), ctx.output(node, 0)
         vec4 = ctx.bhwc(src)[3] % 4 == 0
-        defines = {"BLOCK": _block(node, ctx.shape(src)), "VEC4": vec4}
+        defines: Defines = {"BLOCK": _block(node, ctx.shape(src)), "VEC4": vec4}
         ctx.kernel("space_to_depth", {"src": src}, {"dst": dst}, defines=defines, grid=ctx.grid(dst))

@@ -11,12 +11,12 @@ from ..cpu.quant import activation_range
 from ..errors import ModelError
 from ..graph import Graph, Node
 from ..lowering.context import LowerContext
-from .base import Op, as_f32, register
-from .checks import F32, I8, U8, input_count, need_rank, output_of, scalar_quant
+from .base import Defines, Op, as_f32, register
+from .checks import F32, I8, U8, input_count, need_rank, output_of, quant_of, required, scalar_quant
 from .window import act_defines, activation, gpu_check, need_window, window_attrs
 
 
-def _window(node: Node, xs: tuple) -> K.Window:
+def _window(node: Node, xs: tuple[int, ...]) -> K.Window:
     padding, sh, sw, _, _ = window_attrs(node)
     kh, kw = int(node.attrs.get("filter_height", 0)), int(node.attrs.get("filter_width", 0))
     if kh < 1 or kw < 1:
@@ -54,19 +54,19 @@ class _Pool2D(Op):
                                  f"zero point {xz} vs {yz})")
 
     @staticmethod
-    def infer(node: Node, graph: Graph, shapes: list) -> list[tuple[int, ...]]:
-        xs = shapes[0]
+    def infer(node: Node, graph: Graph, shapes: list[tuple[int, ...] | None]) -> list[tuple[int, ...]]:
+        xs = required(node, shapes, 0)
         win = _window(node, xs)
         return [(xs[0], win.oh, win.ow, xs[3])]
 
     @classmethod
-    def run_cpu(cls, node: Node, graph: Graph, inputs: list) -> list[np.ndarray]:
-        x = inputs[0]
+    def run_cpu(cls, node: Node, graph: Graph, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
+        x = required(node, inputs, 0)
         win = _window(node, x.shape)
         code = activation(node)
         if x.dtype == F32:
             return [P.pool_float(as_f32(x), win, P.MAX if cls.is_max else P.AVERAGE, *K.float_range(code))]
-        scale, zp = graph.tensors[node.outputs[0]].quant.scalar()
+        scale, zp = quant_of(node, graph.tensors[node.outputs[0]]).scalar()
         qmin, qmax = activation_range(code, scale, zp, x.dtype)
         return [P.pool_int(x, win, cls.is_max, qmin, qmax)]
 
@@ -128,8 +128,8 @@ def lower_pool(node: Node, ctx: LowerContext) -> None:
     kh, kw = int(node.attrs["filter_height"]), int(node.attrs["filter_width"])
     pt, pl = ctx.padding(node, (h, w), (kh, kw), (sh, sw))
     is_max = node.op == "MAX_POOL_2D"
-    defines = {"KH": kh, "KW": kw, "SH": sh, "SW": sw, "PT": pt, "PL": pl, "IS_MAX": int(is_max), "QUANT": 0,
-               **act_defines(activation(node))}
+    defines: Defines = {"KH": kh, "KW": kw, "SH": sh, "SW": sw, "PT": pt, "PL": pl, "IS_MAX": int(is_max), "QUANT": 0,
+                        **act_defines(activation(node))}
     x = ctx.graph.tensors[node.inputs[0]]
     if not is_max and x.quant is not None and x.dtype.kind in "iu":
         scale, zp = x.quant.scalar()

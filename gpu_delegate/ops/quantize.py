@@ -20,7 +20,7 @@ from ..dtypes import is_quantized_int
 from ..errors import ModelError
 from ..graph import Graph, Node
 from .base import Op, lower_elementwise, register
-from .checks import arity, is_quantized, per_tensor
+from .checks import arity, is_quantized, per_tensor, quant_of, required
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float16))
 
@@ -50,21 +50,27 @@ class Quantize(Op):
 
     @staticmethod
     def infer(node: Node, graph: Graph, shapes: list[tuple[int, ...] | None]) -> list[tuple[int, ...]]:
-        return [shapes[0]]
+        return [required(node, shapes, 0)]
 
     @staticmethod
     def run_cpu(node: Node, graph: Graph, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
-        x = inputs[0]
+        x = required(node, inputs, 0)
         tx, ty = graph.tensors[node.inputs[0]], graph.tensors[node.outputs[0]]
         if x.dtype.kind == "f":
-            q = ty.quant
+            q = quant_of(node, ty)
             axis = q.axis if q.per_channel else None
             return [quantize(x.astype(np.float32), q.scale, q.zero_point, ty.dtype, axis)]
-        return [requantize_q(x, tx.quant.scalar(), ty.quant.scalar(), ty.dtype)]
+        return [requantize_q(x, quant_of(node, tx).scalar(), quant_of(node, ty).scalar(), ty.dtype)]
 
     # the GpuDelegate has already refused what the GPU path cannot hold (16-bit, per-channel outputs)
-    gpu_support = staticmethod(lambda node, graph: True)
-    gpu_expr = staticmethod(lambda node, graph: "a")
+    @staticmethod
+    def gpu_support(node: Node, graph: Graph) -> bool | str:
+        return True
+
+    @staticmethod
+    def gpu_expr(node: Node, graph: Graph) -> str | None:
+        return "a"
+
     lower = staticmethod(lower_elementwise)
 
 
@@ -90,18 +96,24 @@ class Dequantize(Op):
 
     @staticmethod
     def infer(node: Node, graph: Graph, shapes: list[tuple[int, ...] | None]) -> list[tuple[int, ...]]:
-        return [shapes[0]]
+        return [required(node, shapes, 0)]
 
     @staticmethod
     def run_cpu(node: Node, graph: Graph, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
         t = node.inputs[0]
         if graph.tensors[t].is_const:
             return [dequantized(graph, t)]
-        return [dequantize_tensor(inputs[0], graph.tensors[t])]
+        return [dequantize_tensor(required(node, inputs, 0), graph.tensors[t])]
 
     # a constant input is folded; any other input the GpuDelegate let through is already a float there
-    gpu_support = staticmethod(lambda node, graph: True)
-    gpu_expr = staticmethod(lambda node, graph: "a")
+    @staticmethod
+    def gpu_support(node: Node, graph: Graph) -> bool | str:
+        return True
+
+    @staticmethod
+    def gpu_expr(node: Node, graph: Graph) -> str | None:
+        return "a"
+
     lower = staticmethod(lower_elementwise)
 
 

@@ -21,8 +21,8 @@ from ..errors import ModelError
 from ..graph import Graph, Node
 from ..lowering.context import LowerContext
 from ..phwc4 import slices
-from .base import Op, register
-from .checks import arity, check_type, is_quantized
+from .base import Defines, Op, register
+from .checks import arity, check_type, is_quantized, quant_of, required
 
 Shapes = list[tuple[int, ...] | None]
 
@@ -32,10 +32,10 @@ def _axis_data(node: Node, graph: Graph, inputs: list[np.ndarray | None] | None 
     it is not one: the shape is dynamic)."""
     if inputs is not None:
         return np.asarray(inputs[1])
-    t = graph.tensors[node.inputs[1]]
-    if not t.is_const:
+    data = graph.tensors[node.inputs[1]].data
+    if data is None:
         raise NotImplementedError
-    return t.data
+    return data
 
 
 def _check_index_input(node: Node, graph: Graph, what: str) -> None:
@@ -91,7 +91,7 @@ class _Reduce(Op):
         keep = [1 if a in reduced else d for a, d in enumerate(shape)]
         count = int(np.prod([shape[a] for a in reduced]))
         b, h, w, c = ctx.bhwc(dst)
-        defines = {f"RED_{d}": int(a in reduced) for a, d in enumerate("BHWC")}
+        defines: Defines = {f"RED_{d}": int(a in reduced) for a, d in enumerate("BHWC")}
         defines.update(KEEP_H=keep[1], KEEP_W=keep[2], INIT=cls.gpu_init, COUNT=float(count))
         helpers = f"#define REDUCE_OP(x, y) {cls.gpu_op}\n#define FINISH(v) {cls.gpu_finish}\n"
         ctx.kernel("reduce", {"src": src}, {"dst": dst}, defines=defines, grid=(w, h, b * slices(c)),
@@ -107,14 +107,15 @@ class _Reduce(Op):
         check_type(node, y, **kinds)
         if x.dtype != y.dtype:
             raise ModelError(f"{node}: input is {x.dtype}, output is {y.dtype}; they must match")
-        axis = graph.tensors[node.inputs[1]]
-        if axis.is_const:
-            resolve_axes(node, axis.data, len(x.shape))
+        axis = graph.tensors[node.inputs[1]].data
+        if axis is not None:
+            resolve_axes(node, axis, len(x.shape))
 
     @staticmethod
     def infer(node: Node, graph: Graph, shapes: Shapes) -> list[tuple[int, ...]]:
-        axes = resolve_axes(node, _axis_data(node, graph), len(shapes[0]))
-        return [_reduced_shape(shapes[0], axes, bool(node.attrs.get("keep_dims", False)))]
+        xs = required(node, shapes, 0)
+        axes = resolve_axes(node, _axis_data(node, graph), len(xs))
+        return [_reduced_shape(xs, axes, bool(node.attrs.get("keep_dims", False)))]
 
     @staticmethod
     def macs(node: Node, graph: Graph) -> int:
@@ -122,12 +123,12 @@ class _Reduce(Op):
 
     @classmethod
     def run_cpu(cls, node: Node, graph: Graph, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
-        x = inputs[0]
+        x = required(node, inputs, 0)
         axes = resolve_axes(node, _axis_data(node, graph, inputs), x.ndim)
         keep = bool(node.attrs.get("keep_dims", False))
         tx, ty = graph.tensors[node.inputs[0]], graph.tensors[node.outputs[0]]
         if is_quantized(tx):
-            qi, qo = tx.quant.scalar(), ty.quant.scalar()
+            qi, qo = quant_of(node, tx).scalar(), quant_of(node, ty).scalar()
             return [cls.reduce_quantized(x, axes, keep, qi, qo)]
         with np.errstate(all="ignore"):
             return [np.asarray(cls.reduce(x, axes, keep), x.dtype)]
@@ -151,14 +152,15 @@ class Mean(_Reduce):
     gpu_finish = "((v) / SPLAT(COUNT))"
 
     @classmethod
-    def reduce(cls, x, axes, keep):
+    def reduce(cls, x: np.ndarray, axes: tuple[int, ...], keep: bool) -> np.ndarray:
         if x.dtype.kind in "iu":  # integer mean: an int64 sum divided as C divides
             n = int(np.prod([x.shape[a] for a in axes], dtype=np.int64))
             return trunc_divide(x.sum(axis=axes, keepdims=keep, dtype=np.int64), max(n, 1))
         return np.mean(x, axis=axes, keepdims=keep, dtype=x.dtype)
 
     @classmethod
-    def reduce_quantized(cls, x, axes, keep, qi, qo):
+    def reduce_quantized(cls, x: np.ndarray, axes: tuple[int, ...], keep: bool, qi: tuple[float, int],
+                         qo: tuple[float, int]) -> np.ndarray:
         return mean_q(x, axes, keep, qi, qo)
 
 
@@ -167,11 +169,12 @@ class Sum(_Reduce):
     name = "SUM"
 
     @classmethod
-    def reduce(cls, x, axes, keep):
+    def reduce(cls, x: np.ndarray, axes: tuple[int, ...], keep: bool) -> np.ndarray:
         return np.sum(x, axis=axes, keepdims=keep, dtype=x.dtype)
 
     @classmethod
-    def reduce_quantized(cls, x, axes, keep, qi, qo):
+    def reduce_quantized(cls, x: np.ndarray, axes: tuple[int, ...], keep: bool, qi: tuple[float, int],
+                         qo: tuple[float, int]) -> np.ndarray:
         return sum_q(x, axes, keep, qi, qo)
 
 
@@ -181,13 +184,14 @@ class ReduceProd(_Reduce):
     gpu_op, gpu_init = "((x) * (y))", 1.0
 
     @classmethod
-    def reduce(cls, x, axes, keep):
+    def reduce(cls, x: np.ndarray, axes: tuple[int, ...], keep: bool) -> np.ndarray:
         return np.prod(x, axis=axes, keepdims=keep, dtype=x.dtype)
 
 
 class _Extreme(_Reduce):
     @classmethod
-    def reduce_quantized(cls, x, axes, keep, qi, qo):
+    def reduce_quantized(cls, x: np.ndarray, axes: tuple[int, ...], keep: bool, qi: tuple[float, int],
+                         qo: tuple[float, int]) -> np.ndarray:
         # dequantization is increasing, so the extreme code is the code of the extreme value
         y = cls.reduce(x, axes, keep)
         return y if qi == qo else requantize_q(y, qi, qo, x.dtype)
@@ -199,7 +203,7 @@ class ReduceMax(_Extreme):
     gpu_op, gpu_init = "max((x), (y))", -np.inf
 
     @classmethod
-    def reduce(cls, x, axes, keep):
+    def reduce(cls, x: np.ndarray, axes: tuple[int, ...], keep: bool) -> np.ndarray:
         return np.max(x, axis=axes, keepdims=keep) if x.size else np.full(
             _reduced_shape(x.shape, axes, keep), _lowest(x.dtype), x.dtype)
 
@@ -210,16 +214,16 @@ class ReduceMin(_Extreme):
     gpu_op, gpu_init = "min((x), (y))", np.inf
 
     @classmethod
-    def reduce(cls, x, axes, keep):
+    def reduce(cls, x: np.ndarray, axes: tuple[int, ...], keep: bool) -> np.ndarray:
         return np.min(x, axis=axes, keepdims=keep) if x.size else np.full(
             _reduced_shape(x.shape, axes, keep), _highest(x.dtype), x.dtype)
 
 
-def _lowest(dtype: np.dtype):
+def _lowest(dtype: np.dtype) -> float:
     return -np.inf if dtype.kind == "f" else np.iinfo(dtype).min
 
 
-def _highest(dtype: np.dtype):
+def _highest(dtype: np.dtype) -> float:
     return np.inf if dtype.kind == "f" else np.iinfo(dtype).max
 
 
@@ -229,7 +233,7 @@ class ReduceAny(_Reduce):
     lower = Op.lower  # bool tensors: no GPU form
 
     @classmethod
-    def reduce(cls, x, axes, keep):
+    def reduce(cls, x: np.ndarray, axes: tuple[int, ...], keep: bool) -> np.ndarray:
         return np.any(x, axis=axes, keepdims=keep)
 
 
@@ -239,7 +243,7 @@ class ReduceAll(_Reduce):
     lower = Op.lower  # bool tensors: no GPU form
 
     @classmethod
-    def reduce(cls, x, axes, keep):
+    def reduce(cls, x: np.ndarray, axes: tuple[int, ...], keep: bool) -> np.ndarray:
         return np.all(x, axis=axes, keepdims=keep)
 
 
@@ -255,8 +259,9 @@ class _Arg(Op):
 
     @staticmethod
     def infer(node: Node, graph: Graph, shapes: Shapes) -> list[tuple[int, ...]]:
-        axis = _single_axis(node, _axis_data(node, graph), len(shapes[0]))
-        return [_reduced_shape(shapes[0], (axis,), False)]
+        xs = required(node, shapes, 0)
+        axis = _single_axis(node, _axis_data(node, graph), len(xs))
+        return [_reduced_shape(xs, (axis,), False)]
 
     @staticmethod
     def macs(node: Node, graph: Graph) -> int:
@@ -264,7 +269,7 @@ class _Arg(Op):
 
     @classmethod
     def run_cpu(cls, node: Node, graph: Graph, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
-        x = inputs[0]
+        x = required(node, inputs, 0)
         axis = _single_axis(node, _axis_data(node, graph, inputs), x.ndim)
         if x.shape[axis] == 0:
             raise ModelError(f"{node}: cannot pick from an empty axis {axis} of shape {list(x.shape)}")
@@ -278,13 +283,19 @@ class _Arg(Op):
 @register
 class ArgMax(_Arg):
     name = "ARG_MAX"
-    pick = staticmethod(lambda x, axis: np.argmax(x, axis=axis))
+
+    @staticmethod
+    def pick(x: np.ndarray, axis: int) -> np.ndarray:
+        return np.argmax(x, axis=axis)
 
 
 @register
 class ArgMin(_Arg):
     name = "ARG_MIN"
-    pick = staticmethod(lambda x, axis: np.argmin(x, axis=axis))
+
+    @staticmethod
+    def pick(x: np.ndarray, axis: int) -> np.ndarray:
+        return np.argmin(x, axis=axis)
 
 
 class _LastAxis(Op):
@@ -303,7 +314,7 @@ class _LastAxis(Op):
 
     @staticmethod
     def infer(node: Node, graph: Graph, shapes: Shapes) -> list[tuple[int, ...]]:
-        return [shapes[0]]
+        return [required(node, shapes, 0)]
 
     @staticmethod
     def gpu_support(node: Node, graph: Graph) -> bool | str:
@@ -313,7 +324,7 @@ class _LastAxis(Op):
     def lower(node: Node, graph: Graph, ctx: LowerContext) -> None:
         src, dst = ctx.input(node, 0), ctx.output(node)
         b, h, w, _ = ctx.bhwc(src)
-        defines = {"BETA": float(node.attrs.get("beta", 1.0)), "LOG_SOFTMAX": int(node.op == "LOG_SOFTMAX")}
+        defines: Defines = {"BETA": float(node.attrs.get("beta", 1.0)), "LOG_SOFTMAX": int(node.op == "LOG_SOFTMAX")}
         ctx.kernel("softmax", {"src": src}, {"dst": dst}, defines=defines, grid=(w, h, b))
 
 
@@ -323,12 +334,12 @@ class Softmax(_LastAxis):
 
     @staticmethod
     def run_cpu(node: Node, graph: Graph, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
-        x = inputs[0]
+        x = required(node, inputs, 0)
         beta = float(node.attrs.get("beta", 1.0))
         tx, ty = graph.tensors[node.inputs[0]], graph.tensors[node.outputs[0]]
         if not is_quantized(tx):
             return [softmax(x, beta)]
-        qi, qo = tx.quant.scalar(), ty.quant.scalar()
+        qi, qo = quant_of(node, tx).scalar(), quant_of(node, ty).scalar()
         if x.dtype.itemsize == 1:
             return [softmax_q8(x, qi[0], beta, qo, ty.dtype)]
         return [quantize(softmax(dequantize(x, *qi), beta), *qo, ty.dtype)]
@@ -340,12 +351,13 @@ class LogSoftmax(_LastAxis):
 
     @staticmethod
     def run_cpu(node: Node, graph: Graph, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
-        x = inputs[0]
+        x = required(node, inputs, 0)
         tx, ty = graph.tensors[node.inputs[0]], graph.tensors[node.outputs[0]]
         with np.errstate(divide="ignore"):
             if not is_quantized(tx):
                 return [log_softmax(x)]
-            return [quantize(log_softmax(dequantize(x, *tx.quant.scalar())), *ty.quant.scalar(), ty.dtype)]
+            return [quantize(log_softmax(dequantize(x, *quant_of(node, tx).scalar())), *quant_of(node, ty).scalar(),
+                             ty.dtype)]
 
 
 @register
@@ -363,7 +375,7 @@ class Cumsum(Op):
 
     @staticmethod
     def infer(node: Node, graph: Graph, shapes: Shapes) -> list[tuple[int, ...]]:
-        return [shapes[0]]
+        return [required(node, shapes, 0)]
 
     @staticmethod
     def macs(node: Node, graph: Graph) -> int:
@@ -371,7 +383,7 @@ class Cumsum(Op):
 
     @staticmethod
     def run_cpu(node: Node, graph: Graph, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
-        x = inputs[0]
+        x = required(node, inputs, 0)
         axis = _single_axis(node, _axis_data(node, graph, inputs), x.ndim)
         return [cumsum(x, axis, bool(node.attrs.get("exclusive", False)), bool(node.attrs.get("reverse", False)))]
 
@@ -401,8 +413,9 @@ class TopKV2(Op):
 
     @staticmethod
     def infer(node: Node, graph: Graph, shapes: Shapes) -> list[tuple[int, ...]]:
-        k = TopKV2._k(node, _axis_data(node, graph), shapes[0][-1])
-        return [shapes[0][:-1] + (k,)] * 2
+        xs = required(node, shapes, 0)
+        k = TopKV2._k(node, _axis_data(node, graph), xs[-1])
+        return [xs[:-1] + (k,)] * 2
 
     @staticmethod
     def macs(node: Node, graph: Graph) -> int:
@@ -410,6 +423,6 @@ class TopKV2(Op):
 
     @staticmethod
     def run_cpu(node: Node, graph: Graph, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
-        x = inputs[0]
+        x = required(node, inputs, 0)
         values, indices = top_k(x, TopKV2._k(node, _axis_data(node, graph, inputs), x.shape[-1]))
         return [values, indices.astype(graph.tensors[node.outputs[1]].dtype)]

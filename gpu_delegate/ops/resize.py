@@ -13,19 +13,19 @@ from ..cpu import resize as k
 from ..errors import ModelError
 from ..graph import Graph, Node
 from ..lowering.context import LowerContext
-from .base import Op, register
-from .checks import input_count
+from .base import Defines, Op, register
+from .checks import input_count, required
 
 _TYPES = (np.float32, np.int8, np.uint8, np.int16)
 
 
-def _size(node: Node, graph: Graph, inputs) -> tuple[int, int] | None:
-    if inputs is not None:
-        v = inputs[1]
-    else:
-        v = graph.tensors[node.inputs[1]].data
-        if v is None:
-            return None
+def _const_size(node: Node, graph: Graph) -> tuple[int, int] | None:
+    """The output size when the size input is a constant, else None."""
+    v = graph.tensors[node.inputs[1]].data
+    return None if v is None else _size(node, v)
+
+
+def _size(node: Node, v: np.ndarray) -> tuple[int, int]:
     if v.dtype.kind not in "iu" or v.size != 2:
         raise ModelError(f"{node}: size must be an int32 tensor holding [new_height, new_width], got "
                          f"{v.dtype} of shape {list(v.shape)}")
@@ -47,13 +47,14 @@ def _check(node: Node, graph: Graph) -> None:
                          "(float32, int8, uint8, int16)")
 
 
-def _infer(node: Node, graph: Graph, shapes) -> list[tuple[int, ...]]:
-    if len(shapes[0]) != 4:
-        raise ModelError(f"{node}: input must be 4-D NHWC, got shape {list(shapes[0])}")
-    size = _size(node, graph, None)
+def _infer(node: Node, graph: Graph, shapes: list[tuple[int, ...] | None]) -> list[tuple[int, ...]]:
+    x = required(node, shapes, 0)
+    if len(x) != 4:
+        raise ModelError(f"{node}: input must be 4-D NHWC, got shape {list(x)}")
+    size = _const_size(node, graph)
     if size is None:
         return [graph.tensors[node.outputs[0]].shape]
-    return [(shapes[0][0], *size, shapes[0][3])]
+    return [(x[0], *size, x[3])]
 
 
 def _flags(node: Node) -> tuple[bool, bool]:
@@ -85,8 +86,8 @@ def _lower(node: Node, ctx: LowerContext, bilinear: bool) -> None:
     b, in_h, in_w, _ = ctx.bhwc(src)
     _, out_h, out_w, c = ctx.bhwc(dst)
     align, half = _flags(node)
-    defines = {"BILINEAR": bilinear, "ALIGN_CORNERS": align, "HALF_PIXEL": half,
-               "SCALE_Y": float(_scale(in_h, out_h, align)), "SCALE_X": float(_scale(in_w, out_w, align))}
+    defines: Defines = {"BILINEAR": bilinear, "ALIGN_CORNERS": align, "HALF_PIXEL": half,
+                        "SCALE_Y": float(_scale(in_h, out_h, align)), "SCALE_X": float(_scale(in_w, out_w, align))}
     ctx.kernel("resize", {"src": src}, {"dst": dst}, defines=defines, grid=ctx.grid(dst))
 
 
@@ -95,19 +96,20 @@ class ResizeBilinear(Op):
     name = "RESIZE_BILINEAR"
 
     @staticmethod
-    def check(node, graph):
+    def check(node: Node, graph: Graph) -> None:
         _check(node, graph)
         if all(_flags(node)):  # TFLite's kernel refuses this combination too
             raise ModelError(f"{node}: align_corners and half_pixel_centers cannot both be true")
 
     @staticmethod
-    def infer(node, graph, shapes):
+    def infer(node: Node, graph: Graph, shapes: list[tuple[int, ...] | None]) -> list[tuple[int, ...]]:
         return _infer(node, graph, shapes)
 
     @staticmethod
-    def run_cpu(node, graph, inputs):
-        _infer(node, graph, [inputs[0].shape])
-        return [k.resize_bilinear(inputs[0], *_size(node, graph, inputs), *_flags(node))]
+    def run_cpu(node: Node, graph: Graph, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
+        x = required(node, inputs, 0)
+        _infer(node, graph, [x.shape])
+        return [k.resize_bilinear(x, *_size(node, required(node, inputs, 1)), *_flags(node))]
 
     gpu_support = staticmethod(_gpu_support)
 
@@ -121,17 +123,18 @@ class ResizeNearestNeighbor(Op):
     name = "RESIZE_NEAREST_NEIGHBOR"
 
     @staticmethod
-    def check(node, graph):
+    def check(node: Node, graph: Graph) -> None:
         _check(node, graph)
 
     @staticmethod
-    def infer(node, graph, shapes):
+    def infer(node: Node, graph: Graph, shapes: list[tuple[int, ...] | None]) -> list[tuple[int, ...]]:
         return _infer(node, graph, shapes)
 
     @staticmethod
-    def run_cpu(node, graph, inputs):
-        _infer(node, graph, [inputs[0].shape])
-        return [k.resize_nearest(inputs[0], *_size(node, graph, inputs), *_flags(node))]
+    def run_cpu(node: Node, graph: Graph, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
+        x = required(node, inputs, 0)
+        _infer(node, graph, [x.shape])
+        return [k.resize_nearest(x, *_size(node, required(node, inputs, 1)), *_flags(node))]
 
     gpu_support = staticmethod(_gpu_support)
 

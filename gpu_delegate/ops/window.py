@@ -8,7 +8,7 @@ import numpy as np
 from ..cpu import conv as K
 from ..errors import ModelError
 from ..graph import PADDING_SAME, PADDING_VALID, Graph, Node
-from .base import Op
+from .base import Defines, Op
 
 
 def activation(node: Node) -> int:
@@ -39,7 +39,7 @@ def need_window(node: Node, win: K.Window) -> K.Window:
     return win
 
 
-def act_defines(code: int) -> dict:
+def act_defines(code: int) -> Defines:
     """The fused activation as the kernels' ACT / ACT_MIN / ACT_MAX: TFLite's float clamp (TANH and SIGN_BIT
     are ignored by its conv, fully-connected and pool kernels, and so here)."""
     lo, hi = K.float_range(code)
