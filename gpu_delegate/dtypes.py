@@ -19,7 +19,7 @@ SCHEMA_TO_NUMPY: dict[int, np.dtype | None] = {
     10: np.dtype(np.float64),
     11: np.dtype(np.complex128),
     12: np.dtype(np.uint64),
-    13: None,  # RESOURCE
+    13: np.dtype(np.int32),  # RESOURCE: a handle the interpreter hands out (resource variables)
     14: None,  # VARIANT
     15: np.dtype(np.uint32),
     16: np.dtype(np.uint16),

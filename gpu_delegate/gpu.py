@@ -12,7 +12,7 @@ from . import backends
 from .cache import Cache
 from .cpu.quant import dequantize, quantize
 from .delegate import DelegateKernel, SimpleDelegate
-from .errors import KERNEL_FAULTS, DelegateError, ModelError
+from .errors import MODEL_FAULTS, DelegateError, ModelError
 from .graph import FOLDED_ON_CONSTANTS, Graph, Node
 from .ops import get_op
 from .ops.base import run_node
@@ -72,12 +72,16 @@ class GpuDelegate(SimpleDelegate):
             try:
                 op.check_version(node)
                 op.check(node, graph)
-            except (ModelError, *KERNEL_FAULTS) as e:
+            except MODEL_FAULTS as e:
                 return f"malformed node ({type(e).__name__}: {e})"
         if graph.folds_to_constant(node):
             return True  # computed once at preparation (lowering/fold_constants.py)
         if op is None or not op.has_gpu_kernel():
             return f"op {node.op} has no GPU kernel"
+        dynamic = next((graph.tensors[t] for t in (*node.inputs, *node.outputs) if t >= 0 and graph.tensors[t].dynamic),
+                       None)
+        if dynamic is not None:
+            return f"tensor {dynamic.name!r} has a shape that depends on data (known only at invoke)"
         if node.op not in FOLDED_ON_CONSTANTS and all(t < 0 or graph.constant_like(t) for t in node.inputs):
             # lowerings read their data input from a device buffer, which nothing fills for a constant
             # (the fuzzer found LOGISTIC, FULLY_CONNECTED, CONV_2D of constants computing on zeros); the
@@ -111,7 +115,7 @@ class GpuDelegate(SimpleDelegate):
                 return f"tensor {tensor.name!r} is {tensor.dtype}; the GPU path computes in float"
         try:
             verdict = op.gpu_support(node, graph)
-        except (ModelError, *KERNEL_FAULTS) as e:
+        except MODEL_FAULTS as e:
             log.warning("GpuDelegate: %s: gpu_support failed (%s: %s); the node stays on the CPU", node,
                         type(e).__name__, e)
             return f"gpu_support failed ({type(e).__name__}: {e})"
@@ -172,7 +176,7 @@ class GpuKernel(DelegateKernel):
 
     def __init__(self, delegate: GpuDelegate):
         self.delegate = delegate
-        self.runner = None
+        self.runner: PlanRunner | None = None
         self.prepared_shapes: dict[int, tuple[int, ...]] | None = None
         self.cpu_fallback: str | None = None
 
@@ -183,13 +187,16 @@ class GpuKernel(DelegateKernel):
         self.outputs = list(output_ids)
 
     def prepare(self, tensors) -> None:
-        shapes = self.infer_shapes({t: tuple(tensors[t].shape) for t in self.inputs})
+        shapes = self.partition_shapes()
+        for t in self.inputs:
+            if t in tensors and tuple(tensors[t].shape) != shapes[t]:
+                raise DelegateError(f"GpuDelegate: input tensor {t} has shape {list(tensors[t].shape)} at prepare, "
+                                    f"its graph says {list(shapes[t])}")
         if shapes == self.prepared_shapes and (self.runner is not None or self.cpu_fallback):
             return
         self.free()  # the old plan's buffers go before the new ones are allocated
         computed = [t for t in shapes if self.graph.tensors[t].data is None]
         empty = [t for t in computed if 0 in shapes[t]]
-        # the support check saw the declared shapes; these are the ones the inputs give
         deep = [t for t in computed if len(shapes[t]) > MAX_RANK]
         if empty:
             self._fall_back(f"tensor {empty[0]} has no elements (shape {list(shapes[empty[0]])})")
@@ -228,16 +235,13 @@ class GpuKernel(DelegateKernel):
         self.prepared_shapes = None
         self.cpu_fallback = None
 
-    def infer_shapes(self, input_shapes: dict[int, tuple[int, ...]]) -> dict[int, tuple[int, ...]]:
-        shapes = {t.index: t.shape for t in self.graph.tensors if t.data is not None}
-        shapes.update(input_shapes)
-        for n in self.nodes:
-            node = self.graph.nodes[n]
-            op = get_op(node.op)
-            out = op.infer(node, self.graph, [shapes.get(t) if t >= 0 else None for t in node.inputs])
-            for t, s in zip(node.outputs, out):
-                shapes[t] = tuple(int(d) for d in s)
-        return shapes
+    def partition_shapes(self) -> dict[int, tuple[int, ...]]:
+        """Every tensor the partition touches, with its graph's shape. Those are final when a kernel is prepared:
+        our interpreter resolves a graph for each allocation (shapes.resolve), and LiteRT propagates every shape
+        before it delegates (and delegates again after a resize)."""
+        touched = set(self.inputs) | {t for n in self.nodes for t in (*self.graph.nodes[n].inputs,
+                                                                       *self.graph.nodes[n].outputs) if t >= 0}
+        return {t: self.graph.tensors[t].shape for t in sorted(touched)}
 
     def invoke(self, tensors) -> None:
         if self.cpu_fallback:
@@ -265,7 +269,7 @@ class GpuKernel(DelegateKernel):
             if tensor.quant is not None and tensor.dtype.kind in "iu":
                 s, z = tensor.quant.scalar()
                 y = quantize(y, s, z, tensor.dtype)
-            tensors[t] = y.astype(tensor.dtype, copy=False).reshape(self.prepared_shapes[t])
+            tensors[t] = y.astype(tensor.dtype, copy=False).reshape(tensor.shape)
 
     def _invoke_cpu(self, tensors) -> None:
         """The partition's nodes on the CPU kernels, in order (the fallback)."""

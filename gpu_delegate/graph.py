@@ -19,6 +19,9 @@ T = TypeVar("T")
 PADDING_SAME, PADDING_VALID = 0, 1
 ACT_NONE, ACT_RELU, ACT_RELU_N1_TO_1, ACT_RELU6, ACT_TANH, ACT_SIGN_BIT = 0, 1, 2, 3, 4, 5
 
+# No tensor may ask for more than this: a corrupt or hostile shape must fail cleanly, not exhaust memory.
+MAX_TENSOR_BYTES = 4 << 30
+
 # Ops that, on constant inputs, give the same value at every invoke and are computed once at preparation
 # (fp16 and sparse weights go through them): their outputs count as constants wherever weights must be.
 FOLDED_ON_CONSTANTS = frozenset({"DEQUANTIZE", "DENSIFY"})
@@ -53,6 +56,9 @@ class Tensor:
     sparsity: dict | None = None  # DENSIFY input: traversal_order, block_map, dim_metadata
     is_variable: bool = False
     type_name: str = ""  # the schema's name ("INT4", "STRING", ...), for messages
+    # In a graph resolved for one allocation (shapes.resolve): the shape depends on data, so it is known only
+    # after the node that writes it has run (LiteRT's dynamic tensors)
+    dynamic: bool = False
 
     @property
     def is_const(self) -> bool:
@@ -89,13 +95,22 @@ class Graph:
     outputs: list[int]
     name: str = ""
     model_digest: str = ""  # SHA-256 of the file this graph was read from
+    index: int = 0  # which subgraph of the model
+    # In a graph resolved for one allocation (shapes.resolve): nodes computed then, whose outputs are now
+    # constants (shape arithmetic); they run no more and nothing partitions them
+    folded: frozenset[int] = frozenset()
+
+    @property
+    def live_nodes(self) -> list[Node]:
+        """The nodes that run at invoke: all but the folded ones, in execution order."""
+        return [n for n in self.nodes if n.index not in self.folded] if self.folded else self.nodes
 
     def producers(self) -> dict[int, int]:
-        """tensor index -> index of the node that writes it (computed once: a graph's structure is fixed
-        after it is read)."""
+        """tensor index -> index of the live node that writes it (computed once: a graph's structure is fixed
+        after it is read or resolved)."""
         cached: dict[int, int] | None = self.__dict__.get("_producers")
         if cached is None:
-            cached = self.__dict__["_producers"] = {t: n.index for n in self.nodes for t in n.outputs}
+            cached = self.__dict__["_producers"] = {t: n.index for n in self.live_nodes for t in n.outputs}
         return cached
 
     def prepared(self, key: tuple, make: Callable[[], T]) -> T:
@@ -123,7 +138,7 @@ class Graph:
     def consumers(self) -> dict[int, list[int]]:
         """tensor index -> indices of the nodes that read it, in execution order."""
         out: dict[int, list[int]] = {}
-        for n in self.nodes:
+        for n in self.live_nodes:
             for t in n.inputs:
                 if t >= 0:
                     out.setdefault(t, []).append(n.index)

@@ -1,60 +1,34 @@
 """A TFLite-compatible interpreter: the model's nodes run on numba CPU kernels unless a delegate takes them.
 
-Its surface follows ``tf.lite.Interpreter`` / ``ai_edge_litert.interpreter.Interpreter``.
+Its surface follows ``tf.lite.Interpreter`` / ``ai_edge_litert.interpreter.Interpreter``. How the model runs
+(shapes resolved per allocation, partitions, subgraphs, variables) is executor.py's; this is the API over it.
 """
 
 from __future__ import annotations
 
-import logging
 import threading
-import time
 import weakref
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numba
 import numpy as np
 
 from .delegate import SimpleDelegate
-from .errors import KERNEL_FAULTS, ModelError
-from .graph import Graph, Model, Tensor
-from .ops.base import get_op, run_node
-from .partition import Partition, schedule, select_partitions
+from .errors import ModelError, ShapeError
+from .executor import Delegated, ModelRun, ProfileEvent, SubgraphRun
+from .graph import Graph, Model, Signature, Tensor
 from .tflite.reader import read_model
 
-log = logging.getLogger("gpu_delegate")
-
-# No single tensor may ask for more than this: a corrupt shape must fail cleanly, not exhaust memory.
-MAX_TENSOR_BYTES = 4 << 30
-
-
-@dataclass(frozen=True)
-class ProfileEvent:
-    """One step of an invoke, as the profiler set with `Interpreter.set_profiler` receives it: a node run on the
-    CPU kernels, or a partition run by a delegate."""
-
-    nodes: tuple[int, ...]
-    op: str  # the node's op; "DELEGATE" for a partition
-    backend: str  # "cpu", or the delegate's backend ("cl", "gl", or its name)
-    seconds: float
-
-
-class _Delegated:
-    """A partition handed to a delegate, as one step of the execution plan."""
-
-    def __init__(self, delegate: SimpleDelegate, partition: Partition, graph: Graph):
-        self.delegate = delegate
-        self.partition = partition
-        self.kernel = delegate.create_kernel()
-        self.kernel.init(graph, list(partition.nodes), list(partition.inputs), list(partition.outputs))
+__all__ = ["Interpreter", "ProfileEvent", "SignatureRunner"]
 
 
 class Interpreter:
     def __init__(self, model_path: str | Path | None = None, model_content: bytes | None = None,
                  experimental_delegates: Sequence[SimpleDelegate] | None = None,
                  num_threads: int | None = None, experimental_preserve_all_tensors: bool = False,
-                 **_ignored):
+                 **_ignored: Any):
         if (model_path is None) == (model_content is None):
             raise ValueError("pass exactly one of model_path and model_content")
         if model_path is not None:
@@ -65,79 +39,58 @@ class Interpreter:
                 raise ValueError(f"could not read model file {str(path)!r}: {e.strerror or e}") from None
             source = str(path)
         else:
-            content, source = bytes(model_content), "model_content"
+            content, source = bytes(model_content or b""), "model_content"
         if num_threads is not None and (not isinstance(num_threads, int) or num_threads < -1):
             raise ValueError(f"num_threads must be a positive int or -1, got {num_threads!r}")
+        delegates = list(experimental_delegates or [])
+        for delegate in delegates:
+            if not isinstance(delegate, SimpleDelegate) and not hasattr(delegate, "is_node_supported"):
+                raise TypeError(f"experimental_delegates: {delegate!r} is not a gpu_delegate.SimpleDelegate")
         self._source = source
         self._content = content
         self._model: Model = read_model(content, source)
-        self._graph: Graph = self._model.main
+        for g in self._model.subgraphs:
+            _validate_graph(g, source if g.index == 0 else f"{source}, subgraph {g.index}")
         self._num_threads = num_threads if num_threads and num_threads > 0 else None
         self._lock = threading.RLock()
-        _validate_graph(self._graph, source)
-        self._delegates = list(experimental_delegates or [])
-        self._steps = self._plan()
+        self._run = ModelRun(self._model, delegates, source)
         # device buffers go back when the interpreter goes, not when its (possibly shared) delegate does
-        kernels = [s.kernel for s in self._steps if isinstance(s, _Delegated)]
-        if kernels:
-            weakref.finalize(self, _free_kernels, kernels).atexit = False
-        self._shapes: list[tuple[int, ...]] = [t.shape for t in self._graph.tensors]
-        self._values: list[np.ndarray | None] = [t.data for t in self._graph.tensors]
-        self._allocated = False
-        self._profiler: Callable[[ProfileEvent], None] | None = None
-
-    # -- planning --------------------------------------------------------------------------------------
-    def _plan(self) -> list:
-        graph = self._graph
-        taken: set[int] = set()
-        delegated: list[_Delegated] = []
-        why_not: dict[int, str] = {}
-        for delegate in self._delegates:
-            if not isinstance(delegate, SimpleDelegate) and not hasattr(delegate, "is_node_supported"):
-                raise TypeError(f"experimental_delegates: {delegate!r} is not a gpu_delegate.SimpleDelegate")
-            partitions, reasons = select_partitions(delegate, graph, taken)
-            for i, reason in reasons.items():
-                why_not.setdefault(i, reason)
-            for p in partitions:
-                delegated.append(_Delegated(delegate, p, graph))
-                taken.update(p.nodes)
-        self._backend_of = {}
-        for d in delegated:
-            for i in d.partition.nodes:
-                self._backend_of[i] = getattr(d.delegate, "backend_name", d.delegate.name)
-        self._why_cpu = {i: r for i, r in why_not.items() if i not in taken}
-        for node in graph.nodes:
-            if node.index in taken:
-                continue
-            op = get_op(node.op)
-            if op is None:
-                raise ModelError(f"{self._source}: {node} uses op {node.op}, which no kernel implements"
-                                 + (f" and no delegate took ({why_not[node.index]})" if node.index in why_not else ""))
+        weakref.finalize(self, self._run.free).atexit = False
+        for sub in self._run.subgraphs:  # every subgraph is partitioned now, so that unknown ops fail here
             try:
-                op.check_version(node)
-                op.check(node, graph)
-            except ModelError:
-                raise
-            except KERNEL_FAULTS as e:
-                # a check tripping over a malformed node (say an omitted required input): name the node
-                raise ModelError(f"{self._source}: {node} is malformed: {type(e).__name__}: {e}") from None
-        if self._delegates:
-            n_gpu = len(taken)
-            log.info("%d operations will run on the delegate, and the remaining %d operations will run on the CPU",
-                     n_gpu, len(graph.nodes) - n_gpu)
-        by_partition = {id(d.partition): d for d in delegated}
-        return [by_partition[id(s)] if isinstance(s, Partition) else s
-                for s in schedule(graph, [d.partition for d in delegated])]
+                sub.plan()
+            except ShapeError:
+                pass  # shapes that do not fit are allocate_tensors' to report, as in LiteRT (it plans again)
+
+    @property
+    def _main(self) -> SubgraphRun:
+        return self._run.subgraphs[0]
+
+    @property
+    def _steps(self) -> list[int | Delegated]:
+        """The main subgraph's execution plan (tests and benchmarks reach the delegated kernels through it)."""
+        return self._main.steps
 
     # -- tensors -----------------------------------------------------------------------------------------
-    def _tensor(self, index: int, what: str = "tensor") -> Tensor:
-        if not isinstance(index, (int, np.integer)) or not 0 <= index < len(self._graph.tensors):
-            raise ValueError(f"{what} index {index!r} is out of range: the model has "
-                             f"{len(self._graph.tensors)} tensors")
-        return self._graph.tensors[int(index)]
+    def _sub(self, subgraph_index: int) -> SubgraphRun:
+        if not isinstance(subgraph_index, (int, np.integer)) or not 0 <= subgraph_index < len(self._run.subgraphs):
+            raise ValueError(f"subgraph_index {subgraph_index!r} is out of range: the model has "
+                             f"{len(self._run.subgraphs)} subgraphs")
+        return self._run.subgraphs[int(subgraph_index)]
 
-    def _details(self, index: int) -> dict:
-        t = self._graph.tensors[index]
+    def _tensor(self, index: int, what: str = "tensor", subgraph_index: int = 0) -> Tensor:
+        graph = self._sub(subgraph_index).graph
+        if not isinstance(index, (int, np.integer)) or not 0 <= index < len(graph.tensors):
+            raise ValueError(f"{what} index {index!r} is out of range: the model has {len(graph.tensors)} tensors"
+                             + (f" in subgraph {subgraph_index}" if subgraph_index else ""))
+        return graph.tensors[int(index)]
+
+    def _shape(self, sub: SubgraphRun, t: int) -> tuple[int, ...]:
+        return sub.input_shapes[t] if t in sub.input_shapes else sub.shape_of(t)
+
+    def _details(self, index: int, subgraph_index: int = 0) -> dict[str, Any]:
+        sub = self._sub(subgraph_index)
+        t = sub.graph.tensors[index]
         q = t.quant
         scales = q.scale if q is not None else np.zeros(0, np.float32)
         zps = q.zero_point.astype(np.int32) if q is not None else np.zeros(0, np.int32)
@@ -145,7 +98,7 @@ class Interpreter:
         return {
             "name": t.name,
             "index": index,
-            "shape": np.array(self._shapes[index], np.int32),
+            "shape": np.array(self._shape(sub, index), np.int32),
             "shape_signature": np.array(sig, np.int32),
             "dtype": t.dtype.type,
             "quantization": (float(scales[0]), int(zps[0])) if q is not None and scales.size == 1 else (0.0, 0),
@@ -155,28 +108,38 @@ class Interpreter:
             "sparsity_parameters": t.sparsity or {},
         }
 
-    def get_input_details(self) -> list[dict]:
-        return [self._details(i) for i in self._graph.inputs]
+    def get_input_details(self) -> list[dict[str, Any]]:
+        return [self._details(i) for i in self._main.graph.inputs]
 
-    def get_output_details(self) -> list[dict]:
-        return [self._details(i) for i in self._graph.outputs]
+    def get_output_details(self) -> list[dict[str, Any]]:
+        return [self._details(i) for i in self._main.graph.outputs]
 
-    def get_tensor_details(self) -> list[dict]:
-        return [self._details(t.index) for t in self._graph.tensors]
+    def get_tensor_details(self, subgraph_index: int = 0) -> list[dict[str, Any]]:
+        sub = self._sub(subgraph_index)
+        return [self._details(t.index, subgraph_index) for t in sub.graph.tensors]
 
-    def get_ops_details(self) -> list[dict]:
+    def get_ops_details(self) -> list[dict[str, Any]]:
+        """Every node of the main subgraph; "backend" says where it runs: a delegate's backend ("cl", "gl"),
+        "cpu", or "folded" (shape arithmetic computed once at allocation, which no longer runs at invoke)."""
+        main = self._main
         return [{"index": n.index, "op_name": n.op, "inputs": np.array(n.inputs, np.int32),
                  "outputs": np.array(n.outputs, np.int32), "version": n.version,
-                 "backend": self._backend_of.get(n.index, "cpu")} for n in self._graph.nodes]
+                 "backend": main.backend_of.get(n.index, "cpu")} for n in main.graph.nodes]
 
     def cpu_reasons(self) -> dict[int, str]:
-        """Node index -> why a delegate did not take it (for nodes that stayed on the CPU)."""
-        return dict(self._why_cpu)
+        """Node index -> why a delegate did not take it (for nodes of the main subgraph left on the CPU)."""
+        return dict(self._main.why_cpu)
+
+    def num_subgraphs(self) -> int:
+        return len(self._run.subgraphs)
 
     # -- allocation -------------------------------------------------------------------------------------
-    def resize_tensor_input(self, input_index: int, tensor_size, strict: bool = False) -> None:
-        t = self._tensor(input_index, "input")
-        if t.index not in self._graph.inputs:
+    def resize_tensor_input(self, input_index: int, tensor_size: Any, strict: bool = False) -> None:
+        self._resize(self._main, input_index, tensor_size, strict)
+
+    def _resize(self, sub: SubgraphRun, input_index: int, tensor_size: Any, strict: bool) -> None:
+        t = self._tensor(input_index, "input", sub.graph.index)
+        if t.index not in sub.graph.inputs:
             raise ValueError(f"tensor {t.index} ({t.name!r}) is not a model input")
         shape = tuple(int(d) for d in np.asarray(tensor_size).reshape(-1))
         if any(d < 0 for d in shape):
@@ -187,138 +150,74 @@ class Interpreter:
                 raise ValueError(f"resize of input {t.name!r} to {list(shape)} is not allowed by its "
                                  f"shape signature {list(sig)}")
         with self._lock:
-            if self._shapes[t.index] != shape:  # same shape: a no-op, as in TFLite (RNN state is kept)
-                self._shapes[t.index] = shape
-                self._allocated = False
+            if sub.input_shapes[t.index] != shape:  # same shape: a no-op, as in TFLite (RNN state is kept)
+                sub.input_shapes[t.index] = shape
+                sub.allocated = False
 
     def allocate_tensors(self) -> None:
         with self._lock:
-            shapes = list(self._shapes)
-            for node in self._graph.nodes:
-                op = get_op(node.op)
-                if op is None:
-                    continue
-                try:
-                    out = op.infer(node, self._graph, [shapes[t] if t >= 0 else None for t in node.inputs])
-                except NotImplementedError:
-                    continue
-                except ModelError:
-                    raise
-                except KERNEL_FAULTS as e:
-                    raise ModelError(f"{self._source}: {node}: cannot infer output shapes "
-                                     f"({type(e).__name__}: {e})") from None
-                for t, s in zip(node.outputs, out):
-                    shapes[t] = tuple(int(d) for d in s)
-            for t, shape in enumerate(shapes):
-                tensor = self._graph.tensors[t]
-                nbytes = int(np.prod(shape, dtype=np.float64)) * tensor.dtype.itemsize
-                if nbytes > MAX_TENSOR_BYTES:
-                    raise ModelError(f"{self._source}: tensor {t} ({tensor.name!r}) of shape {list(shape)} would need "
-                                     f"{nbytes / 2**30:.1f} GiB, more than the {MAX_TENSOR_BYTES >> 30} GiB allowed")
-            self._shapes = shapes
-            for i in self._graph.inputs:
-                t = self._graph.tensors[i]
-                cur = self._values[i]
-                if cur is None or cur.shape != shapes[i]:
-                    self._values[i] = np.zeros(shapes[i], t.dtype)
-            if not self._allocated:  # like TFLite: RNN state restarts when tensors are (re)allocated
-                self._reset_variables()
-            for step in self._steps:
-                if isinstance(step, _Delegated):
-                    for t in step.partition.inputs:  # read by prepare for their shapes; CPU nodes have not run
-                        if self._values[t] is None or self._values[t].shape != shapes[t]:
-                            self._values[t] = np.zeros(shapes[t], self._graph.tensors[t].dtype)
-                    step.kernel.prepare(_TensorView(self._values))
-                    self._note_fallback(step)
-            self._allocated = True
-
-    def _note_fallback(self, step: _Delegated) -> None:
-        """A kernel that fell back to the CPU at prepare: its nodes report the CPU, and why."""
-        why = getattr(step.kernel, "cpu_fallback", None)
-        for i in step.partition.nodes:
-            if why:
-                self._backend_of[i] = "cpu"
-                self._why_cpu[i] = why
-            else:
-                self._backend_of[i] = getattr(step.delegate, "backend_name", step.delegate.name)
-                self._why_cpu.pop(i, None)
+            self._main.allocate()
 
     def reset_all_variables(self) -> None:
         """Set every variable tensor (RNN state) back to zero (a quantized one: its zero point)."""
         with self._lock:
-            self._reset_variables()
+            for sub in self._run.subgraphs:
+                sub.reset_variables()
 
-    def _reset_variables(self) -> None:
-        for t in self._graph.tensors:
-            if t.is_variable:
-                zero = t.quant.scalar()[1] if t.quant is not None and t.dtype.kind in "iu" else 0
-                self._values[t.index] = np.full(self._shapes[t.index], zero, t.dtype)
+    def set_tensor(self, tensor_index: int, value: Any) -> None:
+        self._set(self._main, tensor_index, value)
 
-    def set_tensor(self, tensor_index: int, value) -> None:
-        t = self._tensor(tensor_index)
+    def _set(self, sub: SubgraphRun, tensor_index: int, value: Any) -> None:
+        t = self._tensor(tensor_index, subgraph_index=sub.graph.index)
         if t.data is not None:
             raise ValueError(f"cannot set tensor {t.index} ({t.name!r}): it is a constant")
         value = np.asarray(value)
         if value.dtype != t.dtype:
             raise ValueError(f"Cannot set tensor: got value of type {value.dtype} but expected type "
                              f"{t.dtype} for tensor {t.index}, name: {t.name}")
-        shape = self._shapes[t.index]
+        shape = self._shape(sub, t.index)
         if value.shape != tuple(shape):
             raise ValueError(f"Cannot set tensor: dimension mismatch, got shape {list(value.shape)} but "
                              f"expected {list(shape)} for tensor {t.index}, name: {t.name}")
         with self._lock:
-            self._values[t.index] = np.array(value, copy=True)
+            sub.values[t.index] = np.array(value, copy=True)
 
     def get_tensor(self, tensor_index: int, subgraph_index: int = 0) -> np.ndarray:
-        t = self._tensor(tensor_index)
-        v = self._values[t.index]
+        sub = self._sub(subgraph_index)
+        t = self._tensor(tensor_index, subgraph_index=subgraph_index)
+        v = sub.values[t.index]
         if v is None:
-            return np.zeros(self._shapes[t.index], t.dtype)
+            return np.zeros(self._shape(sub, t.index), t.dtype)
         return np.array(v, copy=True)
 
     def tensor(self, tensor_index: int) -> Callable[[], np.ndarray]:
         t = self._tensor(tensor_index)
+        main = self._main
 
         def view() -> np.ndarray:
-            if self._values[t.index] is None:
-                self._values[t.index] = np.zeros(self._shapes[t.index], t.dtype)
-            return self._values[t.index]
+            value = main.values[t.index]
+            if value is None:
+                value = main.values[t.index] = np.zeros(self._shape(main, t.index), t.dtype)
+            return value
         return view
 
     # -- running ----------------------------------------------------------------------------------------
     def set_profiler(self, profiler: Callable[[ProfileEvent], None] | None) -> None:
         """Call ``profiler`` with a ProfileEvent after every step of every invoke (None: stop). A delegated
-        partition is one step, as in TFLite's profiler."""
-        self._profiler = profiler
+        partition is one step, as in TFLite's profiler; steps of subgraphs that control flow runs are reported
+        too (their ``subgraph`` says which)."""
+        self._run.profiler = profiler
 
     def invoke(self) -> None:
-        if not self._allocated:
+        self._invoke(self._main)
+
+    def _invoke(self, sub: SubgraphRun) -> None:
+        if not sub.allocated:
             raise RuntimeError("Invoke called on model that is not ready: call allocate_tensors() first")
         with self._lock:
             if self._num_threads:
-                numba.set_num_threads(min(self._num_threads, numba.config.NUMBA_NUM_THREADS))
-            values = self._values
-            graph = self._graph
-            profiler = self._profiler
-            for step in self._steps:
-                start = time.perf_counter() if profiler else 0.0
-                if isinstance(step, _Delegated):
-                    step.kernel.invoke(_TensorView(values))
-                    if profiler:
-                        profiler(ProfileEvent(tuple(step.partition.nodes), "DELEGATE",
-                                              self._backend_of.get(step.partition.nodes[0], "cpu"),
-                                              time.perf_counter() - start))
-                    continue
-                node = graph.nodes[step]
-                ins = [values[t] if t >= 0 else None for t in node.inputs]
-                for t, v in zip(node.inputs, ins):
-                    if t >= 0 and v is None:
-                        raise ModelError(f"{self._source}: {node} reads tensor {t} "
-                                         f"({graph.tensors[t].name!r}) which nothing has written")
-                for t, v in zip(node.outputs, run_node(node, graph, ins, self._source)):
-                    values[t] = v
-                if profiler:
-                    profiler(ProfileEvent((node.index,), node.op, "cpu", time.perf_counter() - start))
+                numba.set_num_threads(min(self._num_threads, numba.config.NUMBA_NUM_THREADS))  # type: ignore[attr-defined]  # numba's stubs omit config
+            sub.invoke(self._run.profiler)
 
     # -- signatures -------------------------------------------------------------------------------------
     def get_signature_list(self) -> dict[str, dict[str, list[str]]]:
@@ -341,7 +240,14 @@ class Interpreter:
 
     @property
     def graph(self) -> Graph:
-        return self._graph
+        """The main subgraph as read from the file."""
+        return self._main.graph
+
+    @property
+    def resolved_graph(self) -> Graph:
+        """The main subgraph as the last allocation resolved it: real shapes, folded shape arithmetic, dynamic
+        tensors marked."""
+        return self._main.resolved
 
     @property
     def model(self) -> Model:
@@ -349,65 +255,35 @@ class Interpreter:
 
 
 class SignatureRunner:
-    def __init__(self, interpreter: Interpreter, signature):
-        if signature.subgraph != 0:
-            raise ModelError(f"signature {signature.key!r} runs subgraph {signature.subgraph}; "
-                             "only the main subgraph is supported")
+    """Runs one signature's subgraph, as LiteRT's: inputs by name, resized as given, outputs by name."""
+
+    def __init__(self, interpreter: Interpreter, signature: Signature):
         self._it = interpreter
         self._sig = signature
+        self._sub = interpreter._sub(signature.subgraph)
 
-    def get_input_details(self) -> dict[str, dict]:
-        return {n: self._it._details(t) for n, t in self._sig.inputs.items()}
+    def get_input_details(self) -> dict[str, dict[str, Any]]:
+        return {n: self._it._details(t, self._sig.subgraph) for n, t in self._sig.inputs.items()}
 
-    def get_output_details(self) -> dict[str, dict]:
-        return {n: self._it._details(t) for n, t in self._sig.outputs.items()}
+    def get_output_details(self) -> dict[str, dict[str, Any]]:
+        return {n: self._it._details(t, self._sig.subgraph) for n, t in self._sig.outputs.items()}
 
-    def __call__(self, **inputs) -> dict[str, np.ndarray]:
+    def __call__(self, **inputs: Any) -> dict[str, np.ndarray]:
         missing = set(self._sig.inputs) - set(inputs)
         extra = set(inputs) - set(self._sig.inputs)
         if missing or extra:
             raise ValueError(f"signature {self._sig.key!r}: missing inputs {sorted(missing)}, "
                              f"unknown inputs {sorted(extra)}")
-        it = self._it
-        changed = False
+        it, sub = self._it, self._sub
         for name, value in inputs.items():
-            t = self._sig.inputs[name]
-            shape = np.shape(value)
-            if tuple(shape) != tuple(it._shapes[t]):
-                it.resize_tensor_input(t, shape)
-                changed = True
-        if changed or not it._allocated:
-            it.allocate_tensors()
+            it._resize(sub, self._sig.inputs[name], np.shape(value), False)
+        if not sub.allocated:
+            with it._lock:
+                sub.allocate()
         for name, value in inputs.items():
-            it.set_tensor(self._sig.inputs[name], np.asarray(value))
-        it.invoke()
-        return {n: it.get_tensor(t) for n, t in self._sig.outputs.items()}
-
-
-class _TensorView:
-    """The interpreter's tensor list as the mapping a DelegateKernel reads and writes."""
-
-    __slots__ = ("_values",)
-
-    def __init__(self, values: list):
-        self._values = values
-
-    def __getitem__(self, t: int) -> np.ndarray:
-        return self._values[t]
-
-    def __setitem__(self, t: int, value: np.ndarray) -> None:
-        self._values[t] = value
-
-    def __contains__(self, t: int) -> bool:
-        return 0 <= t < len(self._values) and self._values[t] is not None
-
-
-def _free_kernels(kernels: list) -> None:
-    for kernel in kernels:
-        try:
-            kernel.free()
-        except Exception as e:  # noqa: BLE001  (a finalizer must not raise; say so and go on)
-            log.warning("freeing a delegate kernel failed: %s: %s", type(e).__name__, e)
+            it._set(sub, self._sig.inputs[name], np.asarray(value))
+        it._invoke(sub)
+        return {n: it.get_tensor(t, self._sig.subgraph) for n, t in self._sig.outputs.items()}
 
 
 def _validate_graph(graph: Graph, source: str) -> None:

@@ -30,7 +30,7 @@ def select_partitions(delegate, graph: Graph, skip: set[int] | frozenset[int] = 
     Also returns node index -> why the delegate did not take it."""
     supported: set[int] = set()
     why_not: dict[int, str] = {}
-    for node in graph.nodes:
+    for node in graph.live_nodes:
         if node.index in skip:
             continue
         verdict = delegate.is_node_supported(node, graph)
@@ -50,7 +50,7 @@ def select_partitions(delegate, graph: Graph, skip: set[int] | frozenset[int] = 
 def group_supported(graph: Graph, supported: set[int]) -> list[Partition]:
     producers = graph.producers()
     level: dict[int, int] = {}
-    for node in graph.nodes:
+    for node in graph.live_nodes:
         mine = node.index in supported
         lvl = 0 if mine else 1
         for t in node.inputs:
@@ -66,7 +66,7 @@ def group_supported(graph: Graph, supported: set[int]) -> list[Partition]:
     # node comes before that conv. Raising it keeps every node at or above its producers' levels, so the
     # partitions stay convex.
     consumers = graph.consumers()
-    for node in graph.nodes:
+    for node in graph.live_nodes:
         if any(producers.get(t) is not None for t in node.inputs):
             continue
         mine = node.index in supported
@@ -74,7 +74,7 @@ def group_supported(graph: Graph, supported: set[int]) -> list[Partition]:
         if latest:
             level[node.index] = max(level[node.index], min(latest))
     groups: dict[int, list[int]] = {}
-    for n in graph.nodes:
+    for n in graph.live_nodes:
         if n.index in supported:
             groups.setdefault(level[n.index], []).append(n.index)
     return [boundary(graph, nodes) for _, nodes in sorted(groups.items())]
@@ -97,7 +97,7 @@ def boundary(graph: Graph, nodes: list[int]) -> Partition:
 def schedule(graph: Graph, partitions: list[Partition]) -> list[int | Partition]:
     """Execution order: CPU node indices and partitions, topologically sorted, earliest node first."""
     owner = {i: p for p in partitions for i in p.nodes}
-    steps: list[int | Partition] = [n.index for n in graph.nodes if n.index not in owner] + list(partitions)
+    steps: list[int | Partition] = [n.index for n in graph.live_nodes if n.index not in owner] + list(partitions)
     step_of_node = {}
     for si, s in enumerate(steps):
         for i in (s.nodes if isinstance(s, Partition) else [s]):

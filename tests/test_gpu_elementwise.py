@@ -175,7 +175,7 @@ def test_bool_and_int_ops_stay_on_the_cpu(backend):
     it, outs = run_gpu(content, inputs, backend, cpu_ops=("LESS", "SELECT_V2", "CAST"))
     np.testing.assert_array_equal(outs[0], ref[0])
     assert_float_close(outs[1], ref[1])
-    graph = it._graph
+    graph = it.graph
     d = delegate(backend)
     assert "bool" in d.is_node_supported(graph.nodes[0], graph)
     assert "int32" in d.is_node_supported(graph.nodes[3], graph)

@@ -157,7 +157,7 @@ def test_what_stays_on_the_cpu(backend):
     mb.op("MEAN", [x, axis], [mean], keep_dims=True)
     mb.output(am, mean)
     it = gd.Interpreter(model_content=mb.build())
-    graph = it._graph
+    graph = it.graph
     d = delegate(backend)
     assert "no GPU kernel" in d.is_node_supported(graph.nodes[0], graph)
     assert "int32" in d.is_node_supported(graph.nodes[1], graph)  # a computed axis: not constant
@@ -169,7 +169,7 @@ def test_mobilenet_heads_are_supported(backend, name):
     path = need_models() / "mobilenet" / f"{name}.tflite"
     if not path.is_file():
         pytest.skip(f"{path} is absent")
-    graph = gd.Interpreter(model_path=path)._graph
+    graph = gd.Interpreter(model_path=path).graph
     d = delegate(backend)
     heads = [n for n in graph.nodes if n.op in ("MEAN", "SOFTMAX")]
     assert len(heads) == 2

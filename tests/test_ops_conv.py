@@ -532,16 +532,22 @@ def test_conv2d_bad_channels():
         gd.Interpreter(model_content=mb.build())
 
 
-def test_transpose_conv_needs_constant_output_shape():
+def test_transpose_conv_output_shape_computed_at_run_time():
+    """output_shape as an input, not a constant: the output is a dynamic tensor sized at invoke, as in LiteRT."""
     mb = ModelBuilder()
     s = mb.input("s", [4], np.int32)
     x = mb.input("x", [1, 4, 4, 3])
-    w = mb.const("w", np.zeros([2, 3, 3, 3], np.float32))
+    w = mb.const("w", np.random.default_rng(3).standard_normal([2, 3, 3, 3]).astype(np.float32))
     y = mb.tensor("y", [1, 8, 8, 2])
     mb.op("TRANSPOSE_CONV", [s, w, x], [y], padding="SAME", stride_w=2, stride_h=2)
     mb.output(y)
-    with pytest.raises(gd.ModelError, match=r"TRANSPOSE_CONV.*output_shape.*constant"):
-        gd.Interpreter(model_content=mb.build())
+    content = mb.build()
+    xv = np.random.default_rng(4).standard_normal([1, 4, 4, 3]).astype(np.float32)
+    for shape in ([1, 8, 8, 2], [1, 7, 7, 2]):
+        sv = np.array(shape, np.int32)
+        ours, ref = run_ours(content, [sv, xv])[0], run_litert(content, [sv, xv])[0]
+        assert ours.shape == tuple(shape)
+        assert_float_close(ours, ref, what=f"output_shape {shape}")
 
 
 def tflite_mbqm(x: int, multiplier: int, shift: int) -> int:

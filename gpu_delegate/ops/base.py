@@ -19,7 +19,7 @@ All methods are static: an op has no state. Attributes come from ``node.attrs`` 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import ClassVar, TypeVar
+from typing import ClassVar, Protocol, TypeVar
 
 import numpy as np
 
@@ -32,6 +32,35 @@ REGISTRY: dict[str, type[Op]] = {}
 
 # a kernel's compile-time #defines, as LowerContext.kernel takes them
 Defines = dict[str, int | float | str]
+Shape = tuple[int, ...]
+
+
+class Runtime(Protocol):
+    """What the interpreter offers the ops that need more than their inputs (``Op.needs_runtime``): the model's
+    other subgraphs (control flow) and its state (resource variables, run-once initialization)."""
+
+    def call(self, subgraph: int, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        """Run subgraph ``subgraph`` on ``inputs``; its outputs."""
+        ...
+
+    def output_shapes(self, subgraph: int, input_shapes: list[Shape]) -> list[Shape | None]:
+        """The output shapes subgraph ``subgraph`` would have for inputs of these shapes (None: dynamic)."""
+        ...
+
+    def resource(self, container: str, shared_name: str) -> int:
+        """The handle of the resource named so (the same name gives the same handle, across subgraphs)."""
+        ...
+
+    def variable(self, handle: int) -> np.ndarray | None:
+        """The value of resource variable ``handle``; None before anything is assigned to it."""
+        ...
+
+    def assign(self, handle: int, value: np.ndarray) -> None:
+        ...
+
+    def first_time(self, key: tuple[str, int]) -> bool:
+        """True the first time ``key`` is asked in this interpreter's life, False after."""
+        ...
 
 
 class Op:
@@ -40,6 +69,13 @@ class Op:
     # The newest op version (operator_codes[].version) this class implements, as TFLite's op resolver
     # registers it; None: not yet audited, every version is accepted.
     max_version: ClassVar[int | None] = None
+    # Whether shapes.resolve may compute the node once at allocation when its inputs are known then (constants,
+    # or computed that way): shape arithmetic. False for ops with state (random generators).
+    foldable: ClassVar[bool] = True
+    # The op reads only its inputs' shapes, not their values (SHAPE, RANK): it folds once they are static.
+    reads_shapes_only: ClassVar[bool] = False
+    # The op needs the interpreter (other subgraphs, resource variables): it runs through run_in / infer_in.
+    needs_runtime: ClassVar[bool] = False
 
     @classmethod
     def check_version(cls, node: Node) -> None:
@@ -59,6 +95,16 @@ class Op:
 
     @staticmethod
     def run_cpu(node: Node, graph: Graph, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
+        raise NotImplementedError
+
+    @staticmethod
+    def infer_in(node: Node, graph: Graph, shapes: list[Shape | None], runtime: Runtime) -> list[Shape]:
+        """``infer`` for an op that needs the runtime (needs_runtime)."""
+        raise NotImplementedError
+
+    @staticmethod
+    def run_in(node: Node, graph: Graph, inputs: list[np.ndarray | None], runtime: Runtime) -> list[np.ndarray]:
+        """``run_cpu`` for an op that needs the runtime (needs_runtime)."""
         raise NotImplementedError
 
     @staticmethod
@@ -87,7 +133,8 @@ class Op:
         return cls.lower is not Op.lower
 
 
-def run_node(node: Node, graph: Graph, inputs: list[np.ndarray | None], where: str = "") -> list[np.ndarray]:
+def run_node(node: Node, graph: Graph, inputs: list[np.ndarray | None], where: str = "",
+             runtime: Runtime | None = None) -> list[np.ndarray]:
     """Run one node on its CPU kernel: outputs in the dtypes of the node's output tensors. A fault of the kernel
     on shapes or values the loader could not rule out becomes a ModelError naming the node (and ``where``, the
     model's source)."""
@@ -95,7 +142,12 @@ def run_node(node: Node, graph: Graph, inputs: list[np.ndarray | None], where: s
     if op is None:
         raise ModelError(f"{where + ': ' if where else ''}{node} uses op {node.op}, which no kernel implements")
     try:
-        outs = op.run_cpu(node, graph, inputs)
+        if op.needs_runtime:
+            if runtime is None:
+                raise ModelError(f"{node} runs only inside an interpreter (it calls subgraphs or holds state)")
+            outs = op.run_in(node, graph, inputs, runtime)
+        else:
+            outs = op.run_cpu(node, graph, inputs)
     except ModelError:
         raise
     except KERNEL_FAULTS as e:

@@ -3,13 +3,13 @@ tensors. Each raises a ModelError that names the node and what is wrong with it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TypeVar
+from collections.abc import Callable, Sequence
+from typing import NoReturn, TypeVar
 
 import numpy as np
 
 from ..dtypes import is_quantized_int
-from ..errors import ModelError
+from ..errors import DataDependentShape, ModelError
 from ..graph import Graph, Node, Quantization, Tensor
 
 F32, I8, U8, I32 = np.dtype(np.float32), np.dtype(np.int8), np.dtype(np.uint8), np.dtype(np.int32)
@@ -140,3 +140,19 @@ def check_type(node: Node, t: Tensor, *, ints: bool = False, quantized: bool = T
         kind = t.type_name or str(dt)
         raise ModelError(f"{node}: tensor {t.index} ({t.name!r}) is {kind}{' (quantized)' if is_quantized(t) else ''},"
                          f" which {node.op} does not support")
+
+
+def data_dependent(node: Node) -> NoReturn:
+    """What a shape rule does when an output's shape depends on the values of an input not known before invoke:
+    the output becomes a dynamic tensor (its shape is set when the node runs)."""
+    raise DataDependentShape(f"{node}: an output's shape depends on the values of its inputs")
+
+
+def check_run_shapes(infer: Callable[[Node, Graph, list[tuple[int, ...] | None]], object], node: Node, graph: Graph,
+                     shapes: list[tuple[int, ...] | None]) -> None:
+    """Run a shape rule at invoke for the checks it makes on the input shapes; outputs whose shapes depend on data
+    are the kernel's to size, so that case passes."""
+    try:
+        infer(node, graph, shapes)
+    except DataDependentShape:
+        pass

@@ -27,6 +27,7 @@ from .checks import (
     I8,
     I32,
     U8,
+    data_dependent,
     input_count,
     need_rank,
     output_of,
@@ -345,24 +346,26 @@ def transpose_conv(node: Node, graph: Graph, inputs: list[np.ndarray | None], xi
     return K.requantize(acc, int_bias(inputs, bi, o), rq).reshape(n, oh, ow, o)
 
 
-def _tconv_geometry(node: Node, graph: Graph, ws: tuple[int, ...]) -> Geometry:
+def _tconv_geometry(node: Node, shape: tuple[int, ...], ws: tuple[int, ...]) -> Geometry:
     """TRANSPOSE_CONV: the output size is given; the padding is that of the forward conv from output to
     input."""
     padding, sh, sw, _, _ = window_attrs(node)
-    shape = _output_shape(node, graph)
     oh, ow = shape[1], shape[2]
     pt = K.pad_before(oh, ws[1], sh, 1, K.out_size(padding, oh, ws[1], sh))
     pl = K.pad_before(ow, ws[2], sw, 1, K.out_size(padding, ow, ws[2], sw))
     return (oh, ow), (pt, pl), (sh, sw)
 
 
-def _output_shape(node: Node, graph: Graph) -> tuple[int, ...]:
-    t = tensor_of(node, graph, 0)
-    if t is None or t.data is None:
-        raise ModelError(f"{node}: output_shape (input 0) must be a constant tensor")
-    if t.data.dtype != I32 or t.data.size != 4:
-        raise ModelError(f"{node}: output_shape must hold 4 int32 values, has {t.data.size} {t.data.dtype}")
-    shape = tuple(int(d) for d in t.data.reshape(-1))
+def _output_shape(node: Node, graph: Graph) -> tuple[int, ...] | None:
+    """The output_shape input's constant value; None when it is computed at run time."""
+    t = required_tensor(node, graph, 0)
+    if t.dtype != I32 or t.shape != (4,):
+        raise ModelError(f"{node}: output_shape must be an int32 tensor of 4 values, is {t.dtype} {list(t.shape)}")
+    return None if t.data is None else _output_shape_value(node, t.data)
+
+
+def _output_shape_value(node: Node, value: np.ndarray) -> tuple[int, ...]:
+    shape = tuple(int(d) for d in value.reshape(-1))
     if min(shape) < 1:
         raise ModelError(f"{node}: output_shape {list(shape)} has a dimension < 1")
     return shape
@@ -370,7 +373,8 @@ def _output_shape(node: Node, graph: Graph) -> tuple[int, ...]:
 
 @register
 class TransposeConv(Op):
-    """Inputs: output_shape (constant int32 [4]), weights [O, KH, KW, I], input, optional bias."""
+    """Inputs: output_shape (int32 [4]; computed at run time makes the output dynamic), weights [O, KH, KW, I],
+    input, optional bias."""
 
     name = "TRANSPOSE_CONV"
 
@@ -380,7 +384,7 @@ class TransposeConv(Op):
 
     @staticmethod
     def lower(node: Node, graph: Graph, ctx: LowerContext) -> None:
-        _, pads, strides = _tconv_geometry(node, graph, ctx.shape(ctx.input(node, 1)))
+        _, pads, strides = _tconv_geometry(node, ctx.shape(node.outputs[0]), ctx.shape(ctx.input(node, 1)))
         lower_transpose_conv(node, ctx, 2, 1, 3, pads, strides, activation(node))
 
     @staticmethod
@@ -389,7 +393,7 @@ class TransposeConv(Op):
         check_transpose_conv(node, graph, 2, 1, 3)
         x, w = required_tensor(node, graph, 2), required_tensor(node, graph, 1)
         shape = _output_shape(node, graph)
-        if shape[0] != x.shape[0] or shape[3] != w.shape[0]:
+        if shape is not None and (shape[0] != x.shape[0] or shape[3] != w.shape[0]):
             raise ModelError(f"{node}: output_shape {list(shape)} does not match batch {x.shape[0]} and "
                              f"{w.shape[0]} output channels")
         activation(node)
@@ -397,11 +401,19 @@ class TransposeConv(Op):
 
     @staticmethod
     def infer(node: Node, graph: Graph, shapes: list[tuple[int, ...] | None]) -> list[tuple[int, ...]]:
-        return [_output_shape(node, graph)]
+        shape = _output_shape(node, graph)
+        if shape is None:
+            data_dependent(node)
+        return [shape]
 
     @staticmethod
     def run_cpu(node: Node, graph: Graph, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
-        hw, pads, strides = _tconv_geometry(node, graph, required(node, inputs, 1).shape)
+        shape = _output_shape_value(node, required(node, inputs, 0))
+        x, w = required(node, inputs, 2), required(node, inputs, 1)
+        if shape[0] != x.shape[0] or shape[3] != w.shape[0]:
+            raise ModelError(f"{node}: output_shape {list(shape)} does not match batch {x.shape[0]} and "
+                             f"{w.shape[0]} output channels")
+        hw, pads, strides = _tconv_geometry(node, shape, w.shape)
         return [transpose_conv(node, graph, inputs, 2, 1, 3, hw, pads, strides, activation(node))]
 
     @staticmethod

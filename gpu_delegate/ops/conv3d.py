@@ -15,7 +15,7 @@ from ..cpu.conv import float_range, out_size, pad_before
 from ..errors import ModelError
 from ..graph import Graph, Node
 from .base import Op, register
-from .checks import output_of, tensor_of
+from .checks import data_dependent, output_of, tensor_of
 from .window import activation, window_attrs
 
 F32 = np.dtype(np.float32)
@@ -137,7 +137,7 @@ class Conv3DTranspose(Op):
         value = graph.tensors[node.inputs[0]].data
         if value is None:  # known at invoke only
             Conv3DTranspose._check_shapes(node, shapes[2], shapes[1])
-            return [graph.tensors[node.outputs[0]].shape]
+            data_dependent(node)
         return [Conv3DTranspose._shape(node, value, shapes[2], shapes[1])]
 
     @staticmethod

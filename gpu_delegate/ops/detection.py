@@ -14,6 +14,7 @@ from ..cpu.detection import non_max_suppression
 from ..errors import ModelError
 from ..graph import Graph, Node
 from .base import Op, register
+from .checks import check_run_shapes, data_dependent
 
 
 def _scalar(node: Node, value: np.ndarray, what: str) -> float:
@@ -48,7 +49,9 @@ class _Nms(Op):
         if len(boxes) != 2 or boxes[1] != 4 or tuple(scores) != (boxes[0],):
             raise ModelError(f"{node}: boxes must be [N, 4] and scores [N], have {list(boxes)} and {list(scores)}")
         value = graph.tensors[node.inputs[2]].data
-        size = cls._max_output(node, value) if value is not None else graph.tensors[node.outputs[0]].shape[0]
+        if value is None:
+            data_dependent(node)
+        size = cls._max_output(node, value)
         return [(size,), (size,), ()] if cls.soft else [(size,), ()]
 
     @staticmethod
@@ -60,7 +63,7 @@ class _Nms(Op):
 
     @classmethod
     def run_cpu(cls, node, graph, inputs):
-        cls.infer(node, graph, [v.shape for v in inputs])
+        check_run_shapes(cls.infer, node, graph, [v.shape for v in inputs])
         sigma = _scalar(node, inputs[5], "soft_nms_sigma") if cls.soft else 0.0
         selected, scores, count = non_max_suppression(
             inputs[0], inputs[1], cls._max_output(node, inputs[2]), _scalar(node, inputs[3], "iou_threshold"),

@@ -11,6 +11,7 @@ from ..cpu.embedding_sparse import lookup_sparse
 from ..errors import ModelError
 from ..graph import Graph, Node
 from .base import Op, register
+from .checks import check_run_shapes, data_dependent
 
 
 def _out_shape(node: Node, dense_shape: np.ndarray, params_shape) -> tuple[int, ...]:
@@ -47,13 +48,13 @@ class EmbeddingLookupSparse(Op):
                              f"{list(dense)}, weights {list(weights)}, params {list(params)}")
         value = graph.tensors[node.inputs[2]].data
         if value is None:
-            return [graph.tensors[node.outputs[0]].shape]
+            data_dependent(node)
         return [_out_shape(node, value, params)]
 
     @staticmethod
     def run_cpu(node, graph, inputs):
         ids, indices, dense, weights, params = inputs
-        EmbeddingLookupSparse.infer(node, graph, [v.shape for v in inputs])
+        check_run_shapes(EmbeddingLookupSparse.infer, node, graph, [v.shape for v in inputs])
         shape = _out_shape(node, dense, params.shape)
         vocab = params.shape[0]
         if ids.size and (ids.min() < 0 or ids.max() >= vocab):

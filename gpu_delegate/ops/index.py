@@ -17,13 +17,12 @@ import numpy as np
 from ..errors import ModelError
 from ..graph import Graph, Node
 from .base import Op, register
-from .checks import arity, input_count
+from .checks import arity, data_dependent, input_count
 from .operands import (
     Inputs,
     Shape,
     arrays,
     bounded,
-    declared,
     int_list,
     known,
     operand,
@@ -131,7 +130,7 @@ class ScatterNd(Op):
         indices, updates, shape_shape = known(node, shapes)
         value = operand(node, graph, None, 2)
         if value is None:
-            return declared(node, graph)
+            data_dependent(node)
         shape = shape_vector(node, value, "the shape")
         ScatterNd._check_shapes(node, indices, updates, shape)
         return [shape]
@@ -169,7 +168,7 @@ class Where(Op):
     def infer(node: Node, graph: Graph, shapes: list[Shape | None]) -> list[Shape]:
         cond = operand(node, graph, None, 0)
         if cond is None:
-            return declared(node, graph)
+            data_dependent(node)
         return [(int(np.count_nonzero(cond)), cond.ndim)]
 
     @staticmethod
@@ -221,7 +220,7 @@ class SparseToDense(Op):
             raise ModelError(f"{node}: the output shape must be a 1-D tensor, has shape {list(out_shape_shape)}")
         SparseToDense._check_shapes(node, indices, out_shape_shape[0], values, default)
         value = operand(node, graph, None, 1)
-        return [shape_vector(node, value, "the output shape")] if value is not None else declared(node, graph)
+        return [shape_vector(node, value, "the output shape")] if value is not None else data_dependent(node)
 
     @staticmethod
     def run_cpu(node: Node, graph: Graph, inputs: Inputs) -> list[np.ndarray]:

@@ -27,7 +27,7 @@ from ..graph import ACT_NONE, ACT_SIGN_BIT, Graph, Node
 from ..lowering.context import LowerContext
 from ..phwc4 import BHWC, bhwc, same_layout, slices
 from .base import Defines, Op, register
-from .checks import all_required, const_input, input_count, required
+from .checks import all_required, const_input, data_dependent, input_count, required
 
 Shape = tuple[int, ...]
 Shapes = list[Shape | None]
@@ -37,10 +37,6 @@ Index = tuple[int | slice, ...]
 
 
 # -- helpers ----------------------------------------------------------------------------------------------
-
-def _declared(node: Node, graph: Graph) -> list[Shape]:
-    return [graph.tensors[t].shape for t in node.outputs]
-
 
 def _value(node: Node, graph: Graph, inputs: Inputs | None, i: int) -> np.ndarray | None:
     """Input ``i``'s contents: the run-time array when running, the constant data when inferring."""
@@ -258,7 +254,9 @@ class Reshape(Op):
     def infer(node: Node, graph: Graph, shapes: Shapes) -> list[Shape]:
         spec = _reshape_spec(node, graph, None)
         if spec is None:
-            return _declared(node, graph)
+            if len(node.inputs) == 2 and node.inputs[1] >= 0:
+                data_dependent(node)  # the shape is computed at run time
+            return [graph.tensors[node.outputs[0]].shape]  # no shape given: the output's own, as TFLite
         return [_resolve_shape(node, spec, _size(required(node, shapes, 0)))]
 
     @staticmethod
@@ -334,7 +332,7 @@ class ExpandDims(Op):
     def infer(node: Node, graph: Graph, shapes: Shapes) -> list[Shape]:
         xs, v = required(node, shapes, 0), _const(node, graph, 1)
         if v is None:
-            return _declared(node, graph)
+            data_dependent(node)
         axis = _expand_axis(node, v, len(xs))
         return [xs[:axis] + (1,) + xs[axis:]]
 
@@ -547,7 +545,7 @@ class Split(Op):
     def infer(node: Node, graph: Graph, shapes: Shapes) -> list[Shape]:
         v = _const(node, graph, 0)
         if v is None:
-            return _declared(node, graph)
+            data_dependent(node)
         xs = required(node, shapes, 1)
         return _split(xs, *Split._plan(node, v, xs))
 
@@ -599,7 +597,7 @@ class SplitV(Op):
     def infer(node: Node, graph: Graph, shapes: Shapes) -> list[Shape]:
         sv, av = _const(node, graph, 1), _const(node, graph, 2)
         if sv is None or av is None:
-            return _declared(node, graph)
+            data_dependent(node)
         xs = required(node, shapes, 0)
         return _split(xs, *SplitV._plan(node, sv, av, xs))
 
@@ -661,7 +659,7 @@ class Slice(Op):
     def infer(node: Node, graph: Graph, shapes: Shapes) -> list[Shape]:
         bv, sv = _const(node, graph, 1), _const(node, graph, 2)
         if bv is None or sv is None:
-            return _declared(node, graph)
+            data_dependent(node)
         return [tuple(_slice_plan(node, bv, sv, required(node, shapes, 0))[1])]
 
     @staticmethod
@@ -792,7 +790,7 @@ class StridedSlice(Op):
         values = [_const(node, graph, i) for i in _STRIDED_ARGS]
         known = [v for v in values if v is not None]
         if len(known) < len(values):
-            return _declared(node, graph)
+            data_dependent(node)
         eff_shape, index = _strided_plan(node, required(node, shapes, 0), *_strided_args(node, known))
         return [tuple(len(range(*ix.indices(d))) for d, ix in zip(eff_shape, index) if isinstance(ix, slice))]
 
@@ -847,7 +845,7 @@ class Transpose(Op):
     def infer(node: Node, graph: Graph, shapes: Shapes) -> list[Shape]:
         xs, v = required(node, shapes, 0), _const(node, graph, 1)
         if v is None:
-            return _declared(node, graph)
+            data_dependent(node)
         return [tuple(xs[p] for p in _perm(node, v, len(xs)))]
 
     @staticmethod
@@ -891,7 +889,7 @@ class Tile(Op):
     def infer(node: Node, graph: Graph, shapes: Shapes) -> list[Shape]:
         xs, v = required(node, shapes, 0), _const(node, graph, 1)
         if v is None:
-            return _declared(node, graph)
+            data_dependent(node)
         return [tuple(d * r for d, r in zip(xs, _multiples(node, v, len(xs))))]
 
     @staticmethod
@@ -1015,7 +1013,7 @@ class OneHot(Op):
     def infer(node: Node, graph: Graph, shapes: Shapes) -> list[Shape]:
         xs, v = required(node, shapes, 0), _const(node, graph, 1)
         if v is None:
-            return _declared(node, graph)
+            data_dependent(node)
         depth, axis = OneHot._plan(node, v, len(xs))
         return [xs[:axis] + (depth,) + xs[axis:]]
 
@@ -1030,6 +1028,7 @@ class OneHot(Op):
 @register
 class ShapeOp(Op):
     name = "SHAPE"
+    reads_shapes_only = True  # the input's shape, not its values
 
     @staticmethod
     def check(node: Node, graph: Graph) -> None:
@@ -1076,7 +1075,7 @@ class Pad(Op):
     def infer(node: Node, graph: Graph, shapes: Shapes) -> list[Shape]:
         xs, v = required(node, shapes, 0), _const(node, graph, 1)
         if v is None:
-            return _declared(node, graph)
+            data_dependent(node)
         return [_padded(xs, _paddings(node, v, len(xs)))]
 
     @staticmethod
@@ -1145,7 +1144,7 @@ class MirrorPad(Op):
     def infer(node: Node, graph: Graph, shapes: Shapes) -> list[Shape]:
         xs, v = required(node, shapes, 0), _const(node, graph, 1)
         if v is None:
-            return _declared(node, graph)
+            data_dependent(node)
         return [_padded(xs, MirrorPad._pads(node, v, xs))]
 
     @staticmethod

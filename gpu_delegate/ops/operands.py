@@ -13,7 +13,7 @@ from collections.abc import Iterable
 import numpy as np
 
 from ..errors import ModelError
-from ..graph import Graph, Node, Tensor
+from ..graph import MAX_TENSOR_BYTES, Graph, Node, Tensor
 
 Shape = tuple[int, ...]
 Inputs = list[np.ndarray | None]
@@ -75,11 +75,6 @@ def tensor_out(node: Node, graph: Graph, i: int = 0) -> Tensor:
     return graph.tensors[node.outputs[i]]
 
 
-def declared(node: Node, graph: Graph) -> list[Shape]:
-    """The output shapes the model declares: what `infer` reports when the real ones depend on data."""
-    return [graph.tensors[t].shape for t in node.outputs]
-
-
 def kind(t: Tensor) -> str:
     return t.type_name or str(t.dtype)
 
@@ -122,8 +117,6 @@ def shape_vector(node: Node, v: np.ndarray, what: str) -> Shape:
 def bounded(node: Node, shape: Shape, dtype: np.dtype) -> Shape:
     """A shape computed from tensor values at run time, refused when its tensor would exceed the size the
     interpreter allows any tensor (a FILL of dims [10^5, 10^5, 10^5] is a ModelError, not a MemoryError)."""
-    from ..interpreter import MAX_TENSOR_BYTES  # here, not at the top: the interpreter imports the ops
-
     nbytes = int(np.prod(shape, dtype=np.float64)) * np.dtype(dtype).itemsize
     if nbytes > MAX_TENSOR_BYTES:
         raise ModelError(f"{node}: an output of shape {list(shape)} would need {nbytes / 2**30:.1f} GiB, more than "

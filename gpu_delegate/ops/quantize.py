@@ -79,6 +79,8 @@ class Dequantize(Op):
     """int8/uint8/int16 (per tensor or per channel) or float16 -> float32."""
 
     name = "DEQUANTIZE"
+    # of constant weights: each path prepares those its own way (lowering/fold_constants.py, Graph.prepared)
+    foldable = False
 
     @staticmethod
     def check(node: Node, graph: Graph) -> None:
@@ -122,6 +124,7 @@ class Densify(Op):
     """A sparse constant (TFLite's sparsity format) -> its dense tensor."""
 
     name = "DENSIFY"
+    foldable = False  # as DEQUANTIZE
 
     @staticmethod
     def check(node: Node, graph: Graph) -> None:

@@ -18,6 +18,7 @@ from ..cpu import random as r
 from ..errors import ModelError
 from ..graph import Graph, Node
 from .base import Op, register
+from .checks import data_dependent
 
 _MASK64 = (1 << 64) - 1
 
@@ -66,7 +67,9 @@ class _RandomFloat(Op):
     def infer(node, graph, shapes):
         _generator(node, graph, shapes, restart=True)
         value = graph.tensors[node.inputs[0]].data
-        return [_shape_of(node, value) if value is not None else graph.tensors[node.outputs[0]].shape]
+        if value is None:
+            data_dependent(node)
+        return [_shape_of(node, value)]
 
     @classmethod
     def draw(cls, rng: r.Philox, size: int) -> np.ndarray:
@@ -82,6 +85,7 @@ class _RandomFloat(Op):
 @register
 class RandomUniform(_RandomFloat):
     name = "RANDOM_UNIFORM"
+    foldable = False  # a generator whose state moves at every invoke
 
     @classmethod
     def draw(cls, rng, size):
@@ -91,6 +95,7 @@ class RandomUniform(_RandomFloat):
 @register
 class RandomStandardNormal(_RandomFloat):
     name = "RANDOM_STANDARD_NORMAL"
+    foldable = False  # a generator whose state moves at every invoke
 
     @classmethod
     def draw(cls, rng, size):
@@ -100,6 +105,7 @@ class RandomStandardNormal(_RandomFloat):
 @register
 class Multinomial(Op):
     name = "MULTINOMIAL"
+    foldable = False  # a generator whose state moves at every invoke
     max_version = 1
 
     @staticmethod
@@ -128,7 +134,7 @@ class Multinomial(Op):
         _generator(node, graph, shapes, restart=True)
         value = graph.tensors[node.inputs[1]].data
         if value is None:
-            return [(shapes[0][0], graph.tensors[node.outputs[0]].shape[-1])]
+            data_dependent(node)
         return [(shapes[0][0], Multinomial._samples(node, value))]
 
     @staticmethod
@@ -146,6 +152,8 @@ class StablehloRngBitGenerator(Op):
     Philox4x32-10, THREEFRY Threefry2x32."""
 
     name = "STABLEHLO_RNG_BIT_GENERATOR"
+
+    foldable = False  # a generator whose state moves at every invoke
     max_version = 1
 
     @staticmethod

@@ -14,7 +14,7 @@ from ..errors import ModelError
 from ..graph import Graph, Node
 from ..lowering.context import LowerContext
 from .base import Defines, Op, register
-from .checks import input_count, required
+from .checks import check_run_shapes, data_dependent, input_count, required
 
 _TYPES = (np.float32, np.int8, np.uint8, np.int16)
 
@@ -53,7 +53,7 @@ def _infer(node: Node, graph: Graph, shapes: list[tuple[int, ...] | None]) -> li
         raise ModelError(f"{node}: input must be 4-D NHWC, got shape {list(x)}")
     size = _const_size(node, graph)
     if size is None:
-        return [graph.tensors[node.outputs[0]].shape]
+        data_dependent(node)
     return [(x[0], *size, x[3])]
 
 
@@ -108,7 +108,7 @@ class ResizeBilinear(Op):
     @staticmethod
     def run_cpu(node: Node, graph: Graph, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
         x = required(node, inputs, 0)
-        _infer(node, graph, [x.shape])
+        check_run_shapes(_infer, node, graph, [x.shape])
         return [k.resize_bilinear(x, *_size(node, required(node, inputs, 1)), *_flags(node))]
 
     gpu_support = staticmethod(_gpu_support)
@@ -133,7 +133,7 @@ class ResizeNearestNeighbor(Op):
     @staticmethod
     def run_cpu(node: Node, graph: Graph, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
         x = required(node, inputs, 0)
-        _infer(node, graph, [x.shape])
+        check_run_shapes(_infer, node, graph, [x.shape])
         return [k.resize_nearest(x, *_size(node, required(node, inputs, 1)), *_flags(node))]
 
     gpu_support = staticmethod(_gpu_support)

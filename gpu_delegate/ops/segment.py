@@ -15,7 +15,7 @@ import numpy as np
 from ..errors import ModelError
 from ..graph import Graph, Node
 from .base import Op, register
-from .checks import input_count
+from .checks import check_run_shapes, data_dependent, input_count
 
 _TYPES = (np.dtype(np.float32), np.dtype(np.int32))
 
@@ -61,13 +61,15 @@ class SegmentSum(Op):
         if len(data) < 1 or tuple(ids) != (data[0],):
             raise ModelError(f"{node}: segment ids of shape {list(ids)} must be 1-D with the data's {data[:1]} rows")
         values = graph.tensors[node.inputs[1]].data
-        rows = _segment_rows(node, values) if values is not None else graph.tensors[node.outputs[0]].shape[0]
+        if values is None:
+            data_dependent(node)
+        rows = _segment_rows(node, values)
         return [(rows, *data[1:])]
 
     @staticmethod
     def run_cpu(node, graph, inputs):
         data, ids = inputs
-        SegmentSum.infer(node, graph, [data.shape, ids.shape])
+        check_run_shapes(SegmentSum.infer, node, graph, [data.shape, ids.shape])
         out = np.zeros((_segment_rows(node, ids), *data.shape[1:]), data.dtype)
         np.add.at(out, ids.astype(np.int64), data)
         return [out]
@@ -108,13 +110,15 @@ class _UnsortedSegment(Op):
         if len(ids) > len(data) or tuple(data[:len(ids)]) != tuple(ids):
             raise ModelError(f"{node}: segment ids of shape {list(ids)} must be a prefix of the data's {list(data)}")
         value = graph.tensors[node.inputs[2]].data
-        rows = _UnsortedSegment._rows(node, value) if value is not None else graph.tensors[node.outputs[0]].shape[0]
+        if value is None:
+            data_dependent(node)
+        rows = _UnsortedSegment._rows(node, value)
         return [(rows, *data[len(ids):])]
 
     @classmethod
     def run_cpu(cls, node, graph, inputs):
         data, ids, count = inputs
-        cls.infer(node, graph, [data.shape, ids.shape, count.shape])
+        check_run_shapes(cls.infer, node, graph, [data.shape, ids.shape, count.shape])
         rows = cls._rows(node, count)
         tail = data.shape[ids.ndim:]
         out = np.full((rows, *tail), cls.identity(data.dtype), data.dtype)

@@ -14,13 +14,12 @@ import numpy as np
 from ..errors import ModelError
 from ..graph import Graph, Node
 from .base import Op, register
-from .checks import arity
+from .checks import arity, data_dependent
 from .operands import (
     Inputs,
     Shape,
     arrays,
     bounded,
-    declared,
     known,
     operand,
     require_type,
@@ -62,7 +61,7 @@ class Fill(Op):
     def infer(node: Node, graph: Graph, shapes: list[Shape | None]) -> list[Shape]:
         _check_scalar_shape(node, shapes[1], "the value")
         dims = operand(node, graph, None, 0)
-        return [shape_vector(node, dims, "dims")] if dims is not None else declared(node, graph)
+        return [shape_vector(node, dims, "dims")] if dims is not None else data_dependent(node)
 
     @staticmethod
     def run_cpu(node: Node, graph: Graph, inputs: Inputs) -> list[np.ndarray]:
@@ -97,6 +96,7 @@ class Rank(Op):
     """The number of dimensions, as a 0-d int32 tensor."""
 
     name, max_version = "RANK", 1
+    reads_shapes_only = True  # the input's rank, not its values
 
     @staticmethod
     def check(node: Node, graph: Graph) -> None:
@@ -156,7 +156,7 @@ class Range(Op):
         values = [operand(node, graph, None, i) for i in range(3)]
         constants = [v for v in values if v is not None]
         if len(constants) < 3:
-            return declared(node, graph)
+            data_dependent(node)
         return [(_range_size(node, *Range._bounds(node, constants)),)]
 
     @staticmethod
@@ -247,7 +247,7 @@ class BroadcastTo(Op):
     def infer(node: Node, graph: Graph, shapes: list[Shape | None]) -> list[Shape]:
         shape = operand(node, graph, None, 1)
         if shape is None:
-            return declared(node, graph)
+            data_dependent(node)
         return [BroadcastTo._target(node, known(node, shapes)[0], shape)]
 
     @staticmethod

@@ -13,13 +13,12 @@ import numpy as np
 from ..errors import ModelError
 from ..graph import Graph, Node
 from .base import Op, register
-from .checks import arity
+from .checks import arity, data_dependent
 from .operands import (
     Inputs,
     Shape,
     arrays,
     bounded,
-    declared,
     int_list,
     known,
     operand,
@@ -116,7 +115,7 @@ class Rfft2d(Op):
         shape = known(node, shapes)[0]
         value = operand(node, graph, None, 1)
         if value is None:
-            return declared(node, graph)
+            data_dependent(node)
         return [Rfft2d._shape(node, shape, _fft_length(node, value))]
 
     @staticmethod

@@ -15,13 +15,12 @@ import numpy as np
 from ..errors import ModelError
 from ..graph import Graph, Node
 from .base import Op, register
-from .checks import arity
+from .checks import arity, data_dependent
 from .operands import (
     Inputs,
     Shape,
     arrays,
     bounded,
-    declared,
     int_list,
     known,
     operand,
@@ -125,7 +124,7 @@ class _BlockOp(Op):
         shape = known(node, shapes)[0]
         block, pairs = operand(node, graph, None, 1), operand(node, graph, None, 2)
         if block is None or pairs is None:
-            return declared(node, graph)
+            data_dependent(node)
         return [cls.out_shape(node, shape, *_block_params(node, len(shape), block, pairs, cls.pairs_name))]
 
 
@@ -362,7 +361,7 @@ class Dilate(Op):
             raise ModelError(f"{node}: the input must have rank >= 1")
         value = operand(node, graph, None, 1)
         if value is None:
-            return declared(node, graph)
+            data_dependent(node)
         return [Dilate._shape(shape, _dilations(node, value, len(shape)))]
 
     @staticmethod

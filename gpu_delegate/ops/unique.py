@@ -9,7 +9,7 @@ import numpy as np
 from ..errors import ModelError
 from ..graph import Graph, Node
 from .base import Op, register
-from .checks import input_count
+from .checks import check_run_shapes, data_dependent, input_count
 
 _TYPES = tuple(np.dtype(t) for t in (np.float32, np.int8, np.uint8, np.int16, np.int32, np.int64))
 
@@ -45,11 +45,13 @@ class Unique(Op):
         if len(shapes[0]) != 1:
             raise ModelError(f"{node}: input must be 1-D, has shape {list(shapes[0])}")
         data = graph.tensors[node.inputs[0]].data
-        count = len(unique_in_order(data)[0]) if data is not None else graph.tensors[node.outputs[0]].shape[0]
+        if data is None:
+            data_dependent(node)
+        count = len(unique_in_order(data)[0])
         return [(count,), tuple(shapes[0])]
 
     @staticmethod
     def run_cpu(node, graph, inputs):
-        Unique.infer(node, graph, [inputs[0].shape])
+        check_run_shapes(Unique.infer, node, graph, [inputs[0].shape])
         values, index = unique_in_order(inputs[0])
         return [values, index.astype(graph.tensors[node.outputs[1]].dtype)]

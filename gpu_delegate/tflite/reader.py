@@ -131,7 +131,7 @@ class _Reader:
             else:
                 node.attrs = self.options(op, name, i)
             nodes.append(node)
-        return Graph(tensors, nodes, inputs, outputs, name=(sg.Name() or b"").decode(errors="replace"))
+        return Graph(tensors, nodes, inputs, outputs, name=(sg.Name() or b"").decode(errors="replace"), index=si)
 
     def options(self, op: Any, op_name: str, i: int) -> dict[str, Any]:
         """The op's options from either union (builtin_options, or builtin_options_2 for StableHLO ops)."""
@@ -160,6 +160,8 @@ class _Reader:
                 value = getattr(obj, getter)()
                 if isinstance(value, (int, float, bool)):
                     attrs[snake] = value
+                elif isinstance(value, bytes):  # string fields (VAR_HANDLE's container and shared_name)
+                    attrs[snake] = value.decode(errors="replace")
         return attrs
 
     def tensor(self, t: Any, i: int) -> Tensor:
@@ -186,6 +188,9 @@ class _Reader:
             raw = self.buffer_bytes(b, label)
             if raw is not None and raw.size:
                 tensor.data = self.constant(raw, tensor, type_code, label)
+            elif tensor.size == 0 and SCHEMA_TO_NUMPY[type_code] is not None and not tensor.is_variable:
+                # a constant with no elements has no bytes either (RESHAPE to a scalar takes a shape of [0])
+                tensor.data = np.zeros(shape, dtype)
         return tensor
 
     def buffer_bytes(self, b: int, label: str) -> np.ndarray | None:

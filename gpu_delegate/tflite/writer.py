@@ -15,6 +15,7 @@ Option names are the snake_case field names of the op's options table; enum fiel
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
 import flatbuffers
@@ -22,7 +23,7 @@ import numpy as np
 import tflite
 from numpy.typing import ArrayLike, DTypeLike
 
-from ..dtypes import NUMPY_TO_SCHEMA
+from ..dtypes import NUMPY_TO_SCHEMA, SCHEMA_NAMES
 from .schema import (
     BUILTIN_CODES,
     OPTIONS2_CODES,
@@ -34,6 +35,7 @@ from .schema import (
     vector_prepend,
 )
 
+SCHEMA_CODES = {name: code for code, name in SCHEMA_NAMES.items()}
 _ENUMS = {"padding": tflite.Padding, "fused_activation_function": tflite.ActivationFunctionType,
           "mode": tflite.MirrorPadMode, "combiner": tflite.CombinerType, "kernel_type": tflite.LSTMKernelType,
           "idx_out_type": tflite.TensorType, "reduce_function": tflite.ReduceWindowFunction,
@@ -59,28 +61,87 @@ class TensorEntry(TypedDict):
 OpEntry = tuple[int, list[int], list[int], dict[str, Any], bytes | None, bool]
 
 
+@dataclass
+class SubgraphEntry:
+    """One subgraph as ModelBuilder holds it until build()."""
+
+    name: str
+    tensors: list[TensorEntry] = field(default_factory=list)
+    ops: list[OpEntry] = field(default_factory=list)
+    inputs: list[int] = field(default_factory=list)
+    outputs: list[int] = field(default_factory=list)
+
+
 class ModelBuilder:
+    """Tensors, ops, inputs and outputs go to the current subgraph: the main one (0) until `select` picks another
+    one `add_subgraph` made (control flow: WHILE's cond and body, IF's branches, CALL_ONCE's init)."""
+
     def __init__(self, description: str = "gpu_delegate.ModelBuilder") -> None:
         self.description = description
-        self.tensors: list[TensorEntry] = []
+        self.subgraphs: list[SubgraphEntry] = [SubgraphEntry("main")]
+        self.current = 0
         self.buffers: list[bytes] = [b""]
-        self.ops: list[OpEntry] = []
         self.opcodes: list[tuple[str, int]] = []
-        self.inputs: list[int] = []
-        self.outputs: list[int] = []
-        self.signature: tuple[str, dict[str, int], dict[str, int]] | None = None
+        self.signatures: list[tuple[str, dict[str, int], dict[str, int], int]] = []
+
+    # -- subgraphs ------------------------------------------------------------------------------------
+    def add_subgraph(self, name: str) -> int:
+        """A new empty subgraph; its index (what WHILE's and IF's options name). Use `select` to fill it."""
+        self.subgraphs.append(SubgraphEntry(name))
+        return len(self.subgraphs) - 1
+
+    def select(self, index: int) -> None:
+        """Make subgraph ``index`` the one tensors, ops, inputs and outputs go to."""
+        if not 0 <= index < len(self.subgraphs):
+            raise ValueError(f"no subgraph {index}: there are {len(self.subgraphs)}")
+        self.current = index
+
+    @property
+    def tensors(self) -> list[TensorEntry]:
+        return self.subgraphs[self.current].tensors
+
+    @tensors.setter
+    def tensors(self, value: list[TensorEntry]) -> None:
+        self.subgraphs[self.current].tensors = value
+
+    @property
+    def ops(self) -> list[OpEntry]:
+        return self.subgraphs[self.current].ops
+
+    @ops.setter
+    def ops(self, value: list[OpEntry]) -> None:
+        self.subgraphs[self.current].ops = value
+
+    @property
+    def inputs(self) -> list[int]:
+        return self.subgraphs[self.current].inputs
+
+    @inputs.setter
+    def inputs(self, value: list[int]) -> None:
+        self.subgraphs[self.current].inputs = value
+
+    @property
+    def outputs(self) -> list[int]:
+        return self.subgraphs[self.current].outputs
+
+    @outputs.setter
+    def outputs(self, value: list[int]) -> None:
+        self.subgraphs[self.current].outputs = value
 
     # -- tensors --------------------------------------------------------------------------------------
     def tensor(self, name: str, shape: Sequence[int], dtype: DTypeLike = np.float32, *, scale: ArrayLike | None = None,
                zero_point: ArrayLike | None = None, axis: int = 0, data: ArrayLike | None = None,
                shape_signature: Sequence[int] | None = None, sparsity: dict[str, Any] | None = None,
-               is_variable: bool = False) -> int:
+               is_variable: bool = False, type_name: str | None = None) -> int:
+        """A tensor of the current subgraph; ``type_name`` ("RESOURCE", "STRING") gives a schema type numpy has no
+        dtype for."""
         dtype = np.dtype(dtype)
         buffer = 0
         if data is not None:
             buffer = len(self.buffers)
             self.buffers.append(np.ascontiguousarray(data, dtype).tobytes())
-        self.tensors.append(TensorEntry(name=name, shape=[int(d) for d in shape], type=NUMPY_TO_SCHEMA[dtype],
+        type_code = SCHEMA_CODES[type_name] if type_name is not None else NUMPY_TO_SCHEMA[dtype]
+        self.tensors.append(TensorEntry(name=name, shape=[int(d) for d in shape], type=type_code,
                                         buffer=buffer, scale=scale, zero_point=zero_point, axis=axis,
                                         shape_signature=shape_signature, sparsity=sparsity, is_variable=is_variable))
         return len(self.tensors) - 1
@@ -130,80 +191,83 @@ class ModelBuilder:
                 tflite.BufferAddData(b, vec)
             buffers.append(tflite.BufferEnd(b))
 
-        tensors: list[int] = []
-        for t in self.tensors:
-            name = b.CreateString(t["name"])
-            shape = ivec(tflite.TensorStartShapeVector, t["shape"])
-            sig = ivec(tflite.TensorStartShapeSignatureVector, t["shape_signature"]) \
-                if t["shape_signature"] is not None else None
-            quant = None
-            if t["scale"] is not None:
-                scale = np.atleast_1d(np.asarray(t["scale"], np.float32)).tolist()
-                zp = np.atleast_1d(np.asarray(t["zero_point"] if t["zero_point"] is not None else 0, np.int64))
-                zero_points = (zp if zp.size == len(scale) else np.full(len(scale), zp[0])).tolist()
-                sv = ivec(tflite.QuantizationParametersStartScaleVector, scale, "float")
-                zv = ivec(tflite.QuantizationParametersStartZeroPointVector, zero_points, "int64")
-                tflite.QuantizationParametersStart(b)
-                tflite.QuantizationParametersAddScale(b, sv)
-                tflite.QuantizationParametersAddZeroPoint(b, zv)
-                tflite.QuantizationParametersAddQuantizedDimension(b, t["axis"])
-                quant = tflite.QuantizationParametersEnd(b)
-            sparsity = self._sparsity(b, t["sparsity"], ivec) if t["sparsity"] else None
-            tflite.TensorStart(b)
-            tflite.TensorAddShape(b, shape)
-            if sig is not None:
-                tflite.TensorAddShapeSignature(b, sig)
-            tflite.TensorAddType(b, t["type"])
-            tflite.TensorAddBuffer(b, t["buffer"])
-            tflite.TensorAddIsVariable(b, t["is_variable"])
-            tflite.TensorAddName(b, name)
-            if quant is not None:
-                tflite.TensorAddQuantization(b, quant)
-            if sparsity is not None:
-                tflite.TensorAddSparsity(b, sparsity)
-            tensors.append(tflite.TensorEnd(b))
-
-        ops: list[int] = []
-        for opcode_index, inputs, outputs, options, custom_options, custom in self.ops:
-            op_name = self.opcodes[opcode_index][0]
-            second = not custom and options_type_for_op(op_name) is None and options2_type_for_op(op_name) is not None
-            opts_type, opts = (0, None) if custom else self._options(b, op_name, options, second)
-            iv = ivec(tflite.OperatorStartInputsVector, inputs)
-            ov = ivec(tflite.OperatorStartOutputsVector, outputs)
-            cv = ivec(tflite.OperatorStartCustomOptionsVector, list(custom_options), "uint8") \
-                if custom_options else None
-            tflite.OperatorStart(b)
-            tflite.OperatorAddOpcodeIndex(b, opcode_index)
-            tflite.OperatorAddInputs(b, iv)
-            tflite.OperatorAddOutputs(b, ov)
-            if opts is not None and second:
-                tflite.OperatorAddBuiltinOptions2Type(b, opts_type)
-                tflite.OperatorAddBuiltinOptions2(b, opts)
-            elif opts is not None:
-                tflite.OperatorAddBuiltinOptionsType(b, opts_type)
-                tflite.OperatorAddBuiltinOptions(b, opts)
-            if cv is not None:
-                tflite.OperatorAddCustomOptions(b, cv)
-            ops.append(tflite.OperatorEnd(b))
-
         def table_vec(start: Callable[[Any, int], Any], items: Sequence[int]) -> int:
             start(b, len(items))
             for it in reversed(items):
                 b.PrependUOffsetTRelative(it)
             return b.EndVector()
 
-        sg_name = b.CreateString("main")
-        tv = table_vec(tflite.SubGraphStartTensorsVector, tensors)
-        inv = ivec(tflite.SubGraphStartInputsVector, self.inputs)
-        outv = ivec(tflite.SubGraphStartOutputsVector, self.outputs)
-        opv = table_vec(tflite.SubGraphStartOperatorsVector, ops)
-        tflite.SubGraphStart(b)
-        tflite.SubGraphAddTensors(b, tv)
-        tflite.SubGraphAddInputs(b, inv)
-        tflite.SubGraphAddOutputs(b, outv)
-        tflite.SubGraphAddOperators(b, opv)
-        tflite.SubGraphAddName(b, sg_name)
-        subgraph = tflite.SubGraphEnd(b)
+        subgraphs: list[int] = []
+        for sub in self.subgraphs:
+            tensors: list[int] = []
+            for t in sub.tensors:
+                name = b.CreateString(t["name"])
+                shape = ivec(tflite.TensorStartShapeVector, t["shape"])
+                sig = ivec(tflite.TensorStartShapeSignatureVector, t["shape_signature"]) \
+                    if t["shape_signature"] is not None else None
+                quant = None
+                if t["scale"] is not None:
+                    scale = np.atleast_1d(np.asarray(t["scale"], np.float32)).tolist()
+                    zp = np.atleast_1d(np.asarray(t["zero_point"] if t["zero_point"] is not None else 0, np.int64))
+                    zero_points = (zp if zp.size == len(scale) else np.full(len(scale), zp[0])).tolist()
+                    sv = ivec(tflite.QuantizationParametersStartScaleVector, scale, "float")
+                    zv = ivec(tflite.QuantizationParametersStartZeroPointVector, zero_points, "int64")
+                    tflite.QuantizationParametersStart(b)
+                    tflite.QuantizationParametersAddScale(b, sv)
+                    tflite.QuantizationParametersAddZeroPoint(b, zv)
+                    tflite.QuantizationParametersAddQuantizedDimension(b, t["axis"])
+                    quant = tflite.QuantizationParametersEnd(b)
+                sparsity = self._sparsity(b, t["sparsity"], ivec) if t["sparsity"] else None
+                tflite.TensorStart(b)
+                tflite.TensorAddShape(b, shape)
+                if sig is not None:
+                    tflite.TensorAddShapeSignature(b, sig)
+                tflite.TensorAddType(b, t["type"])
+                tflite.TensorAddBuffer(b, t["buffer"])
+                tflite.TensorAddIsVariable(b, t["is_variable"])
+                tflite.TensorAddName(b, name)
+                if quant is not None:
+                    tflite.TensorAddQuantization(b, quant)
+                if sparsity is not None:
+                    tflite.TensorAddSparsity(b, sparsity)
+                tensors.append(tflite.TensorEnd(b))
+
+            ops: list[int] = []
+            for opcode_index, inputs, outputs, options, custom_options, custom in sub.ops:
+                op_name = self.opcodes[opcode_index][0]
+                second = not custom and options_type_for_op(op_name) is None \
+                    and options2_type_for_op(op_name) is not None
+                opts_type, opts = (0, None) if custom else self._options(b, op_name, options, second)
+                iv = ivec(tflite.OperatorStartInputsVector, inputs)
+                ov = ivec(tflite.OperatorStartOutputsVector, outputs)
+                cv = ivec(tflite.OperatorStartCustomOptionsVector, list(custom_options), "uint8") \
+                    if custom_options else None
+                tflite.OperatorStart(b)
+                tflite.OperatorAddOpcodeIndex(b, opcode_index)
+                tflite.OperatorAddInputs(b, iv)
+                tflite.OperatorAddOutputs(b, ov)
+                if opts is not None and second:
+                    tflite.OperatorAddBuiltinOptions2Type(b, opts_type)
+                    tflite.OperatorAddBuiltinOptions2(b, opts)
+                elif opts is not None:
+                    tflite.OperatorAddBuiltinOptionsType(b, opts_type)
+                    tflite.OperatorAddBuiltinOptions(b, opts)
+                if cv is not None:
+                    tflite.OperatorAddCustomOptions(b, cv)
+                ops.append(tflite.OperatorEnd(b))
+
+            sg_name = b.CreateString(sub.name)
+            tv = table_vec(tflite.SubGraphStartTensorsVector, tensors)
+            inv = ivec(tflite.SubGraphStartInputsVector, sub.inputs)
+            outv = ivec(tflite.SubGraphStartOutputsVector, sub.outputs)
+            opv = table_vec(tflite.SubGraphStartOperatorsVector, ops)
+            tflite.SubGraphStart(b)
+            tflite.SubGraphAddTensors(b, tv)
+            tflite.SubGraphAddInputs(b, inv)
+            tflite.SubGraphAddOutputs(b, outv)
+            tflite.SubGraphAddOperators(b, opv)
+            tflite.SubGraphAddName(b, sg_name)
+            subgraphs.append(tflite.SubGraphEnd(b))
 
         opcodes: list[int] = []
         for name, version in self.opcodes:
@@ -218,8 +282,7 @@ class ModelBuilder:
             opcodes.append(tflite.OperatorCodeEnd(b))
 
         sigs: list[int] = []
-        if self.signature is not None:
-            key, ins, outs = self.signature
+        for key, ins, outs, subgraph_index in self.signatures:
             maps: list[list[int]] = []
             for d in (ins, outs):
                 entries: list[int] = []
@@ -237,12 +300,12 @@ class ModelBuilder:
             tflite.SignatureDefAddInputs(b, iv)
             tflite.SignatureDefAddOutputs(b, ov)
             tflite.SignatureDefAddSignatureKey(b, k)
-            tflite.SignatureDefAddSubgraphIndex(b, 0)
+            tflite.SignatureDefAddSubgraphIndex(b, subgraph_index)
             sigs.append(tflite.SignatureDefEnd(b))
 
         desc = b.CreateString(self.description)
         ocv = table_vec(tflite.ModelStartOperatorCodesVector, opcodes)
-        sgv = table_vec(tflite.ModelStartSubgraphsVector, [subgraph])
+        sgv = table_vec(tflite.ModelStartSubgraphsVector, subgraphs)
         bv = table_vec(tflite.ModelStartBuffersVector, buffers)
         sdv = table_vec(tflite.ModelStartSignatureDefsVector, sigs) if sigs else None
         tflite.ModelStart(b)
@@ -256,8 +319,9 @@ class ModelBuilder:
         b.Finish(tflite.ModelEnd(b), file_identifier=b"TFL3")
         return bytes(b.Output())
 
-    def add_signature(self, key: str, inputs: dict[str, int], outputs: dict[str, int]) -> None:
-        self.signature = (key, inputs, outputs)
+    def add_signature(self, key: str, inputs: dict[str, int], outputs: dict[str, int], subgraph: int = 0) -> None:
+        """A signature: names for tensors of subgraph ``subgraph``'s inputs and outputs."""
+        self.signatures.append((key, inputs, outputs, subgraph))
 
     @staticmethod
     def _options(b: Any, op_name: str, options: dict[str, Any], second: bool = False) -> tuple[int, int | None]:

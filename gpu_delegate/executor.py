@@ -1,0 +1,322 @@
+"""How a model runs: one `SubgraphRun` per subgraph, and the `ModelRun` that holds them and the model's state.
+
+A subgraph is resolved for its input shapes (shapes.resolve: real shapes, shape arithmetic folded, dynamic
+tensors marked), the delegates take their partitions of the resolved graph, and the rest runs node by node on the
+CPU kernels. Control-flow ops (WHILE, IF, CALL_ONCE) run other subgraphs through the ModelRun, which is the
+`ops.base.Runtime` they see; each of those subgraphs is partitioned and delegated like the main one. Resource
+variables live in the ModelRun, shared by every subgraph, as in LiteRT.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import weakref
+from collections.abc import Callable, Iterator, MutableMapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import numpy as np
+
+from .delegate import DelegateKernel, SimpleDelegate
+from .errors import ModelError
+from .graph import Graph, Model
+from .ops.base import Shape, get_op, run_node
+from .partition import Partition, schedule, select_partitions
+from .shapes import check_run_shape, resolve
+
+log = logging.getLogger("gpu_delegate")
+
+# Subgraphs calling subgraphs (WHILE in WHILE) may nest this deep: a model whose subgraphs call each other in a
+# cycle fails with a ModelError instead of exhausting the stack.
+MAX_CALL_DEPTH = 64
+
+
+@dataclass(frozen=True)
+class ProfileEvent:
+    """One step of an invoke, as the profiler set with `Interpreter.set_profiler` receives it: a node run on the
+    CPU kernels, or a partition run by a delegate."""
+
+    nodes: tuple[int, ...]
+    op: str  # the node's op; "DELEGATE" for a partition
+    backend: str  # "cpu", or the delegate's backend ("cl", "gl", or its name)
+    seconds: float
+    subgraph: int = 0
+
+
+class Delegated:
+    """A partition handed to a delegate, as one step of a subgraph's execution plan."""
+
+    def __init__(self, delegate: SimpleDelegate, partition: Partition, graph: Graph):
+        self.delegate = delegate
+        self.partition = partition
+        self.backend = str(getattr(delegate, "backend_name", delegate.name))
+        self.kernel: DelegateKernel = delegate.create_kernel()
+        self.kernel.init(graph, list(partition.nodes), list(partition.inputs), list(partition.outputs))
+
+
+class TensorView(MutableMapping[int, np.ndarray]):
+    """A subgraph's tensor values as the mapping a DelegateKernel reads and writes."""
+
+    __slots__ = ("_values",)
+
+    def __init__(self, values: list[np.ndarray | None]):
+        self._values = values
+
+    def __getitem__(self, t: int) -> np.ndarray:
+        value = self._values[t]
+        if value is None:
+            raise KeyError(t)
+        return value
+
+    def __setitem__(self, t: int, value: np.ndarray) -> None:
+        self._values[t] = value
+
+    def __delitem__(self, t: int) -> None:
+        self._values[t] = None
+
+    def __contains__(self, t: object) -> bool:
+        return isinstance(t, int) and 0 <= t < len(self._values) and self._values[t] is not None
+
+    def __iter__(self) -> Iterator[int]:
+        return (t for t, v in enumerate(self._values) if v is not None)
+
+    def __len__(self) -> int:
+        return sum(v is not None for v in self._values)
+
+
+class SubgraphRun:
+    """One subgraph as it runs: its plan for the current input shapes and its tensors' values."""
+
+    def __init__(self, model: ModelRun, graph: Graph):
+        # a proxy: the ModelRun holds its SubgraphRuns, and a cycle would keep the delegates and their device
+        # buffers alive until the garbage collector happens to run
+        self.model: ModelRun = weakref.proxy(model)
+        self.graph = graph
+        self.input_shapes: dict[int, Shape] = {t: graph.tensors[t].shape for t in graph.inputs}
+        self.resolved = graph
+        self.steps: list[int | Delegated] = []
+        self.values: list[np.ndarray | None] = [t.data for t in graph.tensors]
+        self.backend_of: dict[int, str] = {}
+        self.why_cpu: dict[int, str] = {}
+        self.planned_for: tuple[tuple[int, Shape], ...] | None = None
+        self.allocated = False
+
+    # -- planning ------------------------------------------------------------------------------------------
+    def plan(self) -> None:
+        """Resolve the subgraph for its input shapes and split it among the delegates, unless that is done."""
+        key = tuple(sorted(self.input_shapes.items()))
+        if key == self.planned_for:
+            return
+        self.free()
+        resolved = resolve(self.graph, self.input_shapes, self.model, self.model.source)
+        taken: set[int] = set()
+        delegated: list[Delegated] = []
+        why_not: dict[int, str] = {}
+        for delegate in self.model.delegates:
+            partitions, reasons = select_partitions(delegate, resolved, taken)
+            for i, reason in reasons.items():
+                why_not.setdefault(i, reason)
+            for p in partitions:
+                delegated.append(Delegated(delegate, p, resolved))
+                taken.update(p.nodes)
+        self.backend_of = {i: "folded" for i in resolved.folded}
+        self.backend_of.update({i: d.backend for d in delegated for i in d.partition.nodes})
+        self.why_cpu = {i: r for i, r in why_not.items() if i not in taken}
+        for node in resolved.live_nodes:
+            if node.index not in taken:
+                self._check_cpu_node(resolved, node.index, why_not.get(node.index))
+        by_partition = {id(d.partition): d for d in delegated}
+        self.steps = [by_partition[id(s)] if isinstance(s, Partition) else s
+                      for s in schedule(resolved, [d.partition for d in delegated])]
+        old = self.values
+        self.values = [t.data for t in resolved.tensors]
+        for t in self.graph.inputs:  # inputs already set keep their values while their shapes stand
+            value = old[t]
+            if value is not None and value.shape == resolved.tensors[t].shape:
+                self.values[t] = value
+        self.resolved = resolved
+        self.planned_for = key
+        self.allocated = False
+
+    def _check_cpu_node(self, graph: Graph, n: int, why_not: str | None) -> None:
+        """A node left to the CPU needs a kernel (shapes.resolve has checked the node itself)."""
+        node = graph.nodes[n]
+        if get_op(node.op) is None:
+            raise ModelError(f"{self.model.source}: {node} uses op {node.op}, which no kernel implements"
+                             + (f" and no delegate took ({why_not})" if why_not else ""))
+
+    # -- allocation ----------------------------------------------------------------------------------------
+    def allocate(self) -> None:
+        """Plan if the input shapes changed, give every input and variable tensor an array, prepare the
+        delegated partitions."""
+        was_allocated = self.allocated and self.planned_for == tuple(sorted(self.input_shapes.items()))
+        self.plan()
+        graph = self.resolved
+        for t in graph.inputs:
+            if self.values[t] is None:
+                self.values[t] = np.zeros(graph.tensors[t].shape, graph.tensors[t].dtype)
+        if not was_allocated:  # like TFLite: RNN state restarts when tensors are (re)allocated
+            self.reset_variables()
+        for step in self.steps:
+            if isinstance(step, Delegated):
+                for t in step.partition.inputs:  # read by prepare for their shapes; CPU nodes have not run
+                    tensor, value = graph.tensors[t], self.values[t]
+                    if value is None or value.shape != tensor.shape:
+                        self.values[t] = np.zeros(tensor.shape, tensor.dtype)
+                step.kernel.prepare(TensorView(self.values))
+                self._note_fallback(step)
+        self.allocated = True
+
+    def _note_fallback(self, step: Delegated) -> None:
+        """A kernel that fell back to the CPU at prepare: its nodes report the CPU, and why."""
+        why = getattr(step.kernel, "cpu_fallback", None)
+        for i in step.partition.nodes:
+            if why:
+                self.backend_of[i] = "cpu"
+                self.why_cpu[i] = why
+            else:
+                self.backend_of[i] = step.backend
+                self.why_cpu.pop(i, None)
+
+    def reset_variables(self) -> None:
+        """Every variable tensor (RNN state) back to zero (a quantized one: its zero point)."""
+        for t in self.resolved.tensors:
+            if t.is_variable:
+                zero = t.quant.scalar()[1] if t.quant is not None and t.dtype.kind in "iu" else 0
+                self.values[t.index] = np.full(t.shape, zero, t.dtype)
+
+    def shape_of(self, t: int) -> Shape:
+        """Tensor ``t``'s current shape: a dynamic tensor's once the node writing it has run."""
+        tensor = self.resolved.tensors[t]
+        value = self.values[t]
+        return tuple(value.shape) if tensor.dynamic and value is not None else tensor.shape
+
+    # -- running -------------------------------------------------------------------------------------------
+    def invoke(self, profiler: Callable[[ProfileEvent], None] | None = None) -> None:
+        values = self.values
+        graph = self.resolved
+        where = self.model.source
+        for step in self.steps:
+            start = time.perf_counter() if profiler else 0.0
+            if isinstance(step, Delegated):
+                step.kernel.invoke(TensorView(values))
+                if profiler:
+                    backend = self.backend_of.get(step.partition.nodes[0], step.backend)
+                    profiler(ProfileEvent(tuple(step.partition.nodes), "DELEGATE", backend,
+                                          time.perf_counter() - start, graph.index))
+                continue
+            node = graph.nodes[step]
+            ins = [values[t] if t >= 0 else None for t in node.inputs]
+            for t, v in zip(node.inputs, ins):
+                if t >= 0 and v is None:
+                    raise ModelError(f"{where}: {node} reads tensor {t} ({graph.tensors[t].name!r}) which nothing "
+                                     "has written")
+            for t, v in zip(node.outputs, run_node(node, graph, ins, where, self.model)):
+                check_run_shape(v, graph.tensors[t], node, where)
+                values[t] = v
+            if profiler:
+                profiler(ProfileEvent((node.index,), node.op, "cpu", time.perf_counter() - start, graph.index))
+
+    def free(self) -> None:
+        """Release the delegate kernels of the current plan (device buffers go back now, not at collection)."""
+        free_kernels([s.kernel for s in self.steps if isinstance(s, Delegated)])
+        self.steps = []
+        self.planned_for = None
+
+
+class ModelRun:
+    """A model's subgraphs and state, and the `ops.base.Runtime` its control-flow and variable ops use."""
+
+    def __init__(self, model: Model, delegates: Sequence[SimpleDelegate], source: str):
+        self.model = model
+        self.delegates = list(delegates)
+        self.source = source
+        self.subgraphs = [SubgraphRun(self, g) for g in model.subgraphs]
+        self.profiler: Callable[[ProfileEvent], None] | None = None
+        self._handles: dict[tuple[str, str], int] = {}
+        self._variables: dict[int, np.ndarray] = {}
+        self._done: set[tuple[str, int]] = set()
+        self._depth = 0
+        self._shape_cache: dict[tuple[int, tuple[Shape, ...]], list[Shape | None]] = {}
+
+    def subgraph(self, index: int) -> SubgraphRun:
+        if not 0 <= index < len(self.subgraphs):
+            raise ModelError(f"{self.source}: subgraph {index} does not exist (the model has {len(self.subgraphs)})")
+        return self.subgraphs[index]
+
+    @contextmanager
+    def _nested(self, index: int) -> Iterator[SubgraphRun]:
+        if self._depth >= MAX_CALL_DEPTH:
+            raise ModelError(f"{self.source}: subgraphs call each other more than {MAX_CALL_DEPTH} deep "
+                             f"(at subgraph {index}): a cycle?")
+        self._depth += 1
+        try:
+            yield self.subgraph(index)
+        finally:
+            self._depth -= 1
+
+    # -- ops.base.Runtime ----------------------------------------------------------------------------------
+    def call(self, subgraph: int, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        with self._nested(subgraph) as sub:
+            graph = sub.graph
+            if len(inputs) != len(graph.inputs):
+                raise ModelError(f"{self.source}: subgraph {subgraph} takes {len(graph.inputs)} inputs, "
+                                 f"is called with {len(inputs)}")
+            for t, x in zip(graph.inputs, inputs):
+                if x.dtype != graph.tensors[t].dtype:
+                    raise ModelError(f"{self.source}: subgraph {subgraph} input {t} is {graph.tensors[t].dtype}, "
+                                     f"is called with {x.dtype}")
+                sub.input_shapes[t] = tuple(x.shape)
+            if not sub.allocated or sub.planned_for != tuple(sorted(sub.input_shapes.items())):
+                sub.allocate()
+            for t, x in zip(graph.inputs, inputs):
+                sub.values[t] = x
+            sub.invoke(self.profiler)
+            outs = []
+            for t in graph.outputs:
+                value = sub.values[t]
+                if value is None:
+                    raise ModelError(f"{self.source}: subgraph {subgraph} output {t} was never written")
+                outs.append(np.array(value, copy=True))
+            return outs
+
+    def output_shapes(self, subgraph: int, input_shapes: list[Shape]) -> list[Shape | None]:
+        key = (subgraph, tuple(input_shapes))
+        if key not in self._shape_cache:
+            with self._nested(subgraph) as sub:
+                graph = sub.graph
+                if len(input_shapes) != len(graph.inputs):
+                    raise ModelError(f"{self.source}: subgraph {subgraph} takes {len(graph.inputs)} inputs, "
+                                     f"is given {len(input_shapes)}")
+                resolved = resolve(graph, dict(zip(graph.inputs, input_shapes)), self, self.source)
+                self._shape_cache[key] = [None if resolved.tensors[t].dynamic else resolved.tensors[t].shape
+                                          for t in graph.outputs]
+        return self._shape_cache[key]
+
+    def resource(self, container: str, shared_name: str) -> int:
+        return self._handles.setdefault((container, shared_name), len(self._handles))
+
+    def variable(self, handle: int) -> np.ndarray | None:
+        return self._variables.get(handle)
+
+    def assign(self, handle: int, value: np.ndarray) -> None:
+        self._variables[handle] = np.array(value, copy=True)
+
+    def first_time(self, key: tuple[str, int]) -> bool:
+        if key in self._done:
+            return False
+        self._done.add(key)
+        return True
+
+    def free(self) -> None:
+        for sub in self.subgraphs:
+            sub.free()
+
+
+def free_kernels(kernels: Sequence[DelegateKernel]) -> None:
+    for kernel in kernels:
+        try:
+            kernel.free()
+        except Exception as e:  # noqa: BLE001  (a finalizer must not raise; say so and go on)
+            log.warning("freeing a delegate kernel failed: %s: %s", type(e).__name__, e)
