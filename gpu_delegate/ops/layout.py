@@ -77,8 +77,9 @@ def _size(shape: Shape) -> int:
 
 
 def _contiguous(arrays: list[np.ndarray]) -> list[np.ndarray]:
-    """Slices come out as strided views; kernels downstream expect C-contiguous arrays."""
-    return [np.ascontiguousarray(a) for a in arrays]
+    """Slices come out as strided views; kernels downstream expect C-contiguous arrays. (Not ascontiguousarray:
+    it makes a 0-d array 1-d.)"""
+    return [np.array(a, order="C", copy=True) if not a.flags.c_contiguous else a for a in arrays]
 
 
 def _outputs(node: Node, low: int, high: int | None = None) -> None:

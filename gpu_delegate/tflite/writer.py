@@ -332,12 +332,14 @@ class ModelBuilder:
             return 0, None
         module = options_module(type_name)
         fields = {snake: (getter, vec) for snake, getter, vec in options_fields(type_name)}
-        vectors: dict[str, int] = {}
+        vectors: dict[str, int] = {}  # vectors and strings: written before the table
         for key, value in options.items():
             if key not in fields:
                 raise ValueError(f"{type_name} has no field {key!r}; fields: {sorted(fields)}")
             getter, is_vector = fields[key]
-            if is_vector:
+            if isinstance(value, str) and key not in _ENUMS:  # a string field (VAR_HANDLE's shared_name)
+                vectors[key] = b.CreateString(value)
+            elif is_vector:
                 start = getattr(module, f"{type_name}Start{getter}Vector")
                 start(b, len(value))
                 prepend = getattr(b, vector_prepend(type_name, getter))
@@ -347,7 +349,7 @@ class ModelBuilder:
         getattr(module, f"{type_name}Start")(b)
         for key, value in options.items():
             getter, is_vector = fields[key]
-            if is_vector:
+            if key in vectors:
                 value = vectors[key]
             elif isinstance(value, str):
                 value = getattr(_ENUMS[key], value)
