@@ -132,7 +132,8 @@ def _profile_rows(text: str, section: str) -> list[list[str]]:
 
 
 def _litert_ops(content: bytes) -> list[str]:
-    it = litert_interpreter(content)
+    """The model's op names as LiteRT reads them (its reference kernels: no XNNPACK node appended)."""
+    it = litert_interpreter(content, reference_kernels=True)
     it.allocate_tensors()
     return [d["op_name"] for d in it._get_ops_details()]
 
@@ -187,15 +188,18 @@ def test_a_benchmark_model_script_runs_unchanged(tmp_path):
     assert TIMINGS.search(out)
     text = csv.read_text()
     assert text.startswith("Profiling Info for Benchmark Initialization:\n")
-    delegate = text.split("Delegate internal: \n")[1].split("==== Top by")[0].strip().splitlines()[2:]
-    kinds = [row.split(", ")[0] for row in delegate]
-    assert kinds == ["CONVERT_TO_PHWC4", "CONV_2D", "ADD", "CONVERT_FROM_PHWC4"] or \
-        kinds == ["CONVERT_TO_PHWC4", "CONV_2D", "CONVERT_FROM_PHWC4"], kinds  # ADD may fuse into the conv
+    delegate = text.split("Delegate internal: \n")[1].split("\n\n")[0].splitlines()[2:]
+    assert delegate[0].startswith("CONVERT_TO_PHWC4, ")  # the input's layout conversion at the boundary
     ops = _litert_ops(model.read_bytes())
-    for row in delegate[1:-1]:
-        name = row.split(", ")[-1]
+    covered = []
+    for row in delegate:
+        kind, name = row.split(", ")[0], row.split(", ")[-1]
+        if kind.startswith("CONVERT_"):
+            continue
         nodes = [int(n) for n in name.rsplit(":", 1)[1].split("+")]
-        assert name.split()[1] == "+".join(ops[n] for n in nodes), name
+        assert kind == ops[nodes[0]] and name.split()[1] == "+".join(ops[n] for n in nodes), name
+        covered += nodes
+    assert sorted(covered) == list(range(len(ops)))
     assert any(cache.iterdir())
 
 
@@ -205,7 +209,7 @@ def test_op_profile_lists_every_kernel_of_a_mobilenet_v2(backend, tmp_path):
     report = tmp_path / "p.json"
     out = _ok(_cli("benchmark", *SMALL_DEMO, "--use_gpu=true", f"--gpu_backend={backend}", "--num_runs=2",
                    "--min_secs=0", "--warmup_min_secs=0", "--enable_op_profiling=true",
-                   "--gpu_precision_loss_allowed=false", f"--output_json={report}"), timeout=300)
+                   "--gpu_precision_loss_allowed=false", f"--output_json={report}", timeout=300))
     ops = _litert_ops(mobilenet_v2_model(96, 0.35))
     kernels = json.loads(report.read_text())["op_profile"]["delegate_internal"]
     covered = sorted(n for k in kernels for n in k["nodes"])
@@ -225,8 +229,8 @@ def test_benchmark_all_backends_side_by_side(tmp_path):
     model, report, chart = tmp_path / "small.tflite", tmp_path / "all.json", tmp_path / "all.png"
     model.write_bytes(_small_convnet())
     out = _ok(_cli("benchmark", f"--graph={model}", "--gpu_backend=all", "--num_runs=5", "--warmup_runs=1",
-                   "--gpu_precision_loss_allowed=false", f"--output_json={report}", f"--plot={chart}"),
-              timeout=300)
+                   "--gpu_precision_loss_allowed=false", f"--output_json={report}", f"--plot={chart}",
+                   timeout=300))
     r = json.loads(report.read_text())
     assert r["graph"] == str(model) and r["reference"] == "litert" and r["num_runs"] == 5
     rows = {row["backend"]: row for row in r["backends"]}
@@ -360,6 +364,7 @@ def test_diff_speaks_inference_diff(tmp_path):
     path = need_models() / "real/sine_float.tflite"
     proto, report = tmp_path / "inference_diff.txt", tmp_path / "diff.json"
     out = _ok(_cli("diff", f"--model_file={path}", "--delegate=gpu", "--gpu_backend=cl", "--num_runs=5",
+                   "--gpu_precision_loss_allowed=false",
                    "--num_interpreter_threads=1", f"--output_file_path={proto}", f"--output_json={report}"))
     assert "INFO: Num evaluation runs: 5" in out and "gpu_delegate: reference: LiteRT" in out
     assert re.search(r"INFO: Reference run latency: avg=[-+.e\d]+\(us\), std_dev=\d+\(us\)", out)
