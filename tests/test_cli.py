@@ -217,7 +217,9 @@ def test_op_profile_lists_every_kernel_of_a_mobilenet_v2(backend, tmp_path):
     for k in kernels:
         if k["nodes"]:
             assert k["type"] == ops[k["nodes"][0]] and k["name"].split()[1] == "+".join(ops[n] for n in k["nodes"])
-    assert {k["clock"] for k in kernels} == {"device" if backend == "cl" else "host"}
+    # OpenCL's profiling events work everywhere; llvmpipe's GL timer queries read ~0, a real GPU's do not
+    clocks = {k["clock"] for k in kernels}
+    assert clocks == {"device"} if backend == "cl" else len(clocks) == 1, clocks
     graph = json.loads(report.read_text())["op_profile"]["graph"]
     assert [g["type"] for g in graph] == [f"DELEGATE/{backend}"]
     # the kernels ran inside the partition: their time is part of its time
