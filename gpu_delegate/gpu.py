@@ -17,7 +17,7 @@ from .graph import FOLDED_ON_CONSTANTS, Graph, Node
 from .ops import get_op
 from .ops.base import run_node
 from .phwc4 import bhwc, slices, vec4_count
-from .runner import PlanRunner
+from .runner import KernelTiming, PlanRunner
 
 log = logging.getLogger("gpu_delegate")
 
@@ -56,6 +56,9 @@ class GpuDelegate(SimpleDelegate):
         self.backend, self.unavailable = _create_backend(backend, bool(enable_op_profiling))
         self.backend_name = self.backend.name if self.backend is not None else "cpu"
         self.lock = threading.RLock()
+        # With enable_op_profiling: every kernel of the partition invoked last, timed (a profiler set with
+        # Interpreter.set_profiler reads it when that partition's ProfileEvent arrives).
+        self.last_kernel_timings: list[KernelTiming] = []
 
     def __repr__(self) -> str:
         return (f"GpuDelegate(backend={self.backend_name!r}, precision_loss_allowed={self.precision_loss_allowed}, "
@@ -263,6 +266,8 @@ class GpuKernel(DelegateKernel):
             feeds[t] = np.asarray(x, np.float32)
         with self.delegate.lock:
             results = self.runner.run(feeds, codes)
+            if self.delegate.backend is not None and self.delegate.backend.profile:
+                self.delegate.last_kernel_timings = self.runner.last_timings
         for t in self.outputs:
             tensor = graph.tensors[t]
             y = results[t]
@@ -273,6 +278,7 @@ class GpuKernel(DelegateKernel):
 
     def _invoke_cpu(self, tensors) -> None:
         """The partition's nodes on the CPU kernels, in order (the fallback)."""
+        self.delegate.last_kernel_timings = []
         graph = self.graph
         values: dict[int, np.ndarray] = {}
         for n in self.nodes:

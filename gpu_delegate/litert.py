@@ -68,8 +68,16 @@ if TYPE_CHECKING:  # the delegate module calls this bridge; the bridge only name
 log = logging.getLogger("gpu_delegate")
 
 #: Interpreter packages whose native core has the struct layouts below (TFLite's common.h and
-#: builtin_op_data.h as of TFLite 2.22), each verified by running this bridge on it.
-KNOWN_VERSIONS: dict[str, tuple[str, ...]] = {"ai-edge-litert": ("2.3.0",)}
+#: builtin_op_data.h): every ai-edge-litert release on PyPI from 1.0.0 to 2.3.0 has them, each verified by
+#: running the bridge's tests under it (bench/litert_versions.py). 1.0.x were built against numpy 1.x.
+KNOWN_VERSIONS: dict[str, tuple[str, ...]] = {"ai-edge-litert": (
+    "1.0.0", "1.0.1", "1.1.0", "1.1.1", "1.1.2", "1.2.0", "1.3.0", "1.4.0", "2.0.2", "2.0.3", "2.1.0", "2.1.1",
+    "2.1.3", "2.1.4", "2.1.5", "2.1.6", "2.2.0", "2.3.0")}
+#: Releases refused although their structs match, with why.
+REFUSED_VERSIONS: dict[str, dict[str, str]] = {"ai-edge-litert": {
+    "2.1.2": "it installs an empty top-level 'tflite' package over the 'tflite' flatbuffer schema package that "
+             "gpu_delegate reads models with (pip install 'ai-edge-litert!=2.1.2' && pip install --force-reinstall "
+             "tflite)"}}
 
 # The Python package that calls _get_native_delegate_pointer -> the distribution that ships its native core.
 _DISTRIBUTIONS = {"ai_edge_litert": "ai-edge-litert", "tflite_runtime": "tflite-runtime", "tensorflow": "tensorflow"}
@@ -352,13 +360,20 @@ def check_version(distribution: str = "ai-edge-litert") -> str:
     """The installed version, if the bridge knows its struct layouts; else a LiteRtAbiError that names it."""
     version = interpreter_version(distribution)
     known = KNOWN_VERSIONS.get(distribution, ())
+    refused = REFUSED_VERSIONS.get(distribution, {})
+    if version in refused:
+        raise LiteRtAbiError(f"gpu_delegate's LiteRT bridge refuses {distribution} {version}: {refused[version]}")
     if version not in known:
         have = f"{distribution} {version}" if version else f"{distribution} (not installed)"
         raise LiteRtAbiError(
             f"gpu_delegate's LiteRT bridge does not know the native struct layouts of {have}: it was built "
-            f"and checked against {', '.join(f'{d} {v}' for d, vs in KNOWN_VERSIONS.items() for v in vs)}. "
-            "Install a known version, or run the model with gpu_delegate.Interpreter.")
+            f"and checked against {_known_text()}. Install one of those, or run the model with "
+            "gpu_delegate.Interpreter.")
     return f"{distribution} {version}"
+
+
+def _known_text() -> str:
+    return "; ".join(f"{d} {', '.join(vs)}" for d, vs in KNOWN_VERSIONS.items())
 
 
 def _caller_distribution() -> str:

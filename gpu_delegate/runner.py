@@ -30,6 +30,10 @@ log = logging.getLogger("gpu_delegate")
 # What a kernel argument binds: ("t", plan tensor id) or ("c", const key).
 Bind = tuple[Literal["t"], int] | tuple[Literal["c"], str]
 
+# A profiled invoke times kernels on the device's own counters unless they cover less than this fraction of the
+# host-timed dispatches (Mesa llvmpipe's GL timer queries read ~0 for compute dispatches): then on the host.
+MIN_DEVICE_CLOCK = 0.01
+
 # Work-group tuning stops after this long per partition (PoCL builds a work-group function per size at its
 # first launch, ~30 ms; llvmpipe compiles a shader per size, 0.2-1.5 s); the kernels it did not reach keep
 # the rule's size.
@@ -71,6 +75,22 @@ def kernel_spec(call: KernelCall, plan: Plan, precision: str,
     return spec, binds
 
 
+@dataclasses.dataclass(frozen=True)
+class KernelTiming:
+    """One dispatch of a profiled invoke (a backend created with ``profile=True``, as by
+    ``GpuDelegate(enable_op_profiling=True)``): each kernel is dispatched alone and waited for."""
+
+    kernel: str  # the program's kernel name: "conv2d", or "convert_to_phwc4" / "convert_from_phwc4" at the boundary
+    nodes: tuple[int, ...]  # graph nodes it computes, its fused post-ops' included; () for a boundary conversion
+    device_ns: int  # the API's own counter (OpenCL profiling event, GL timer query)
+    host_ns: int  # from enqueue until the device has finished it
+    clock: Literal["device", "host"]  # which of the two this invoke's counters make trustworthy
+
+    @property
+    def ns(self) -> int:
+        return self.device_ns if self.clock == "device" else self.host_ns
+
+
 class PlanRunner:
     def __init__(self, backend: Backend, plan: Plan, precision: str) -> None:
         self.backend = backend
@@ -86,6 +106,7 @@ class PlanRunner:
         self.by_digest: dict[str, Program] = {}
         self.calls: list[tuple[Program, list[Buffer]]] = []
         self.bound: list[Any] = []  # Backend.bind of calls
+        self.last_timings: list[KernelTiming] = []  # of the last invoke, when the backend profiles
 
     @classmethod
     def create(cls, delegate: GpuDelegate, graph: Graph, nodes: list[int], inputs: list[int], outputs: list[int],
@@ -235,10 +256,43 @@ class PlanRunner:
         """Outputs (float32) from inputs: float arrays, or int8/uint8 codes for the tensors ``codes`` gives
         (scale, zero_point) of."""
         plan, backend, codes = self.plan, self.backend, codes or {}
+        if backend.profile:
+            return self._run_profiled(feeds, codes)
         for t in plan.inputs:
             backend.to_device(feeds[t], self.tensor_buffer(t), plan.tensors[t], codes.get(t))
         backend.dispatch_bound(self.bound)
         return {t: backend.from_device(self.tensor_buffer(t), plan.tensors[t]) for t in plan.outputs}
+
+    def _run_profiled(self, feeds: dict[int, np.ndarray], codes: dict[int, tuple[float, int]]
+                      ) -> dict[int, np.ndarray]:
+        """``run``, one dispatch at a time, each timed on the device and on the host (``last_timings``)."""
+        plan, backend = self.plan, self.backend
+        backend.take_timings()  # what earlier dispatches (tuning, another runner) left uncollected
+        raw: list[tuple[str, tuple[int, ...], int, int]] = []
+
+        def collect(nodes: tuple[int, ...], start: float) -> None:
+            timings = backend.take_timings()  # waits for the device
+            host_ns = int((time.perf_counter() - start) * 1e9)
+            for name, ns in timings:  # a boundary conversion may dispatch nothing, or share the host time
+                raw.append((name, nodes, ns, host_ns // len(timings)))
+
+        for t in plan.inputs:
+            start = time.perf_counter()
+            backend.to_device(feeds[t], self.tensor_buffer(t), plan.tensors[t], codes.get(t))
+            collect((), start)
+        for call, bound in zip(plan.kernels, self.bound):
+            start = time.perf_counter()
+            backend.dispatch_bound([bound])
+            collect((call.node, *(p.node for p in call.postops if p.node >= 0 and p.node != call.node)), start)
+        outputs = {}
+        for t in plan.outputs:
+            start = time.perf_counter()
+            outputs[t] = backend.from_device(self.tensor_buffer(t), plan.tensors[t])
+            collect((), start)
+        device_ok = sum(r[2] for r in raw) >= MIN_DEVICE_CLOCK * sum(r[3] for r in raw)
+        self.last_timings = [KernelTiming(name, nodes, device_ns, host_ns, "device" if device_ok else "host")
+                             for name, nodes, device_ns, host_ns in raw]
+        return outputs
 
     def close(self) -> None:
         for buf in [*self.buffers, *self.const_buffers.values()]:

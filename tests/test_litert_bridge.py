@@ -250,6 +250,13 @@ def test_abi_guard_refuses_an_unknown_litert_version(monkeypatch):
             litert.Interpreter(model_content=ADD_SUB, experimental_delegates=[delegate])
 
 
+def test_abi_guard_refuses_the_release_that_overwrites_tflite(monkeypatch):
+    """ai-edge-litert 2.1.2 ships an empty top-level 'tflite' package over the schema package models are read with."""
+    monkeypatch.setattr(bridge, "interpreter_version", lambda distribution="ai-edge-litert": "2.1.2")
+    with pytest.raises(bridge.LiteRtAbiError, match=r"refuses ai-edge-litert 2\.1\.2: .*'tflite'"):
+        litert.Interpreter(model_content=ADD_SUB, experimental_delegates=[ex.AddSubDelegate()])
+
+
 def test_abi_guard_refuses_other_tflite_interpreters():
     """TensorFlow's and tflite-runtime's interpreters embed other TFLite versions: the bridge names them."""
     delegate = ex.AddSubDelegate()

@@ -34,9 +34,13 @@ def read_model(content: bytes | bytearray | memoryview, source: str = "model") -
         model = _Reader(buf, source).model()
     except ModelError:
         raise
-    except (struct.error, IndexError, ValueError, TypeError, OverflowError, UnicodeDecodeError,
+    except struct.error:  # an offset or length points past the end of the bytes
+        raise ModelError(f"{source}: truncated or corrupt .tflite file: its flatbuffer points past the end of "
+                         f"its {len(buf)} bytes") from None
+    except (IndexError, ValueError, TypeError, OverflowError, UnicodeDecodeError,
             AttributeError, KeyError, MemoryError) as e:
-        raise ModelError(f"{source}: malformed flatbuffer ({type(e).__name__}: {e})") from None
+        raise ModelError(f"{source}: truncated or corrupt .tflite file: malformed flatbuffer "
+                         f"({type(e).__name__}: {e})") from None
     digest = hashlib.sha256(buf).hexdigest()
     for g in model.subgraphs:
         g.model_digest = digest

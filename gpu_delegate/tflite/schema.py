@@ -10,6 +10,13 @@ from types import ModuleType
 
 import tflite
 
+if not all(hasattr(tflite, name) for name in ("BuiltinOperator", "BuiltinOptions", "BuiltinOptions2")):
+    # tflite < 2.18 has no second options union; an empty 'tflite' (ai-edge-litert 2.1.2 installs one over it)
+    # has nothing: either would fail later as if every model were broken
+    raise ImportError(f"gpu_delegate needs the 'tflite' flatbuffer schema package >= 2.18 (BuiltinOptions2); the one "
+                      f"at {getattr(tflite, '__file__', None) or tflite.__path__} lacks it: pip install "
+                      "--force-reinstall 'tflite>=2.18'")
+
 BUILTIN_OPS: dict[int, str] = {
     v: k for k, v in vars(tflite.BuiltinOperator).items() if not k.startswith("_") and isinstance(v, int)
 }
