@@ -23,7 +23,7 @@ from .errors import ModelError
 from .graph import Graph, Model
 from .ops.base import Shape, get_op, run_node
 from .partition import Partition, schedule, select_partitions
-from .shapes import check_run_shape, resolve
+from .shapes import check_run_shape, check_total_size, resolve
 
 log = logging.getLogger("gpu_delegate")
 
@@ -153,6 +153,7 @@ class SubgraphRun:
         was_allocated = self.allocated and self.planned_for == tuple(sorted(self.input_shapes.items()))
         self.plan()
         graph = self.resolved
+        check_total_size(graph, self.model.source)
         for t in graph.inputs:
             if self.values[t] is None:
                 self.values[t] = np.zeros(graph.tensors[t].shape, graph.tensors[t].dtype)

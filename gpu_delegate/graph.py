@@ -7,6 +7,7 @@ so an op module reads ``node.attrs["stride_w"]`` and nothing else about flatbuff
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -66,7 +67,7 @@ class Tensor:
 
     @property
     def size(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64))
+        return math.prod(self.shape)  # exact: a hostile shape must not wrap around int64
 
 
 @dataclass

@@ -6,6 +6,7 @@ Its surface follows ``tf.lite.Interpreter`` / ``ai_edge_litert.interpreter.Inter
 
 from __future__ import annotations
 
+import os
 import threading
 import weakref
 from collections.abc import Callable, Sequence
@@ -31,6 +32,14 @@ class Interpreter:
                  **_ignored: Any):
         if (model_path is None) == (model_content is None):
             raise ValueError("pass exactly one of model_path and model_content")
+        if model_path is not None and not isinstance(model_path, (str, os.PathLike)):
+            raise TypeError(f"model_path must be a str or os.PathLike, not {type(model_path).__name__}")
+        if model_content is not None and not isinstance(model_content, (bytes, bytearray, memoryview)):
+            raise TypeError(f"model_content must be bytes, not {type(model_content).__name__}")
+        if experimental_delegates is not None and (
+                not isinstance(experimental_delegates, (list, tuple)) or isinstance(experimental_delegates, str)):
+            raise TypeError("experimental_delegates must be a list of delegates, not "
+                            f"{type(experimental_delegates).__name__} (write [delegate])")
         if model_path is not None:
             path = Path(model_path)
             try:
@@ -141,9 +150,11 @@ class Interpreter:
         t = self._tensor(input_index, "input", sub.graph.index)
         if t.index not in sub.graph.inputs:
             raise ValueError(f"tensor {t.index} ({t.name!r}) is not a model input")
-        shape = tuple(int(d) for d in np.asarray(tensor_size).reshape(-1))
-        if any(d < 0 for d in shape):
-            raise ValueError(f"resize of input {t.name!r}: dimensions must be >= 0, got {list(shape)}")
+        shape = _int_dims(tensor_size)
+        if shape is None:
+            raise ValueError(f"resize of input {t.name!r}: tensor_size must be a list of ints, got {tensor_size!r}")
+        if any(not 0 <= d < 2**31 for d in shape):
+            raise ValueError(f"resize of input {t.name!r}: dimensions must be in [0, 2**31), got {list(shape)}")
         if strict:
             sig = t.shape_signature or t.shape
             if len(sig) != len(shape) or any(s != -1 and s != d for s, d in zip(sig, shape)):
@@ -284,6 +295,23 @@ class SignatureRunner:
             it._set(sub, self._sig.inputs[name], np.asarray(value))
         it._invoke(sub)
         return {n: it.get_tensor(t, self._sig.subgraph) for n, t in self._sig.outputs.items()}
+
+
+def _int_dims(size: Any) -> tuple[int, ...] | None:
+    """``size`` as a shape if it is a sequence (or array) of whole numbers, else None."""
+    try:
+        values = np.asarray(size, dtype=object).reshape(-1)
+    except (TypeError, ValueError):
+        return None
+    dims = []
+    for d in values:
+        if isinstance(d, (int, np.integer)) and not isinstance(d, (bool, np.bool_)):
+            dims.append(int(d))
+        elif isinstance(d, (float, np.floating)) and float(d).is_integer():
+            dims.append(int(d))
+        else:
+            return None
+    return tuple(dims)
 
 
 def _validate_graph(graph: Graph, source: str) -> None:

@@ -607,8 +607,11 @@ class Bridge:
         #: also positions in the execution plan it saw) and, per node left to the interpreter, why
         self.last_partitions: list[list[int]] = []
         self.last_reasons: dict[int, str] = {}
-        # Callbacks and the name must outlive every interpreter that holds pointers to them: they live here,
-        # and the delegate keeps this bridge for its own lifetime.
+        # the delegate, held strongly while an interpreter may call (pin), and the interpreters that may
+        self._pinned: SimpleDelegate | None = None
+        self._owners: set[int] = set()
+        # Callbacks and the name must outlive every interpreter that holds pointers to them: they live here, and
+        # every bridge is kept for the process (_BRIDGES: a few hundred bytes each, the delegate is not in it).
         self._name_bytes = self.name.encode()
         self._c_prepare = DELEGATE_PREPARE_FN(self._delegate_prepare)
         self._c_init = INIT_FN(self._init)
@@ -723,6 +726,30 @@ class Bridge:
                 st.kernel.free()
             except Exception as e:  # noqa: BLE001  (TFLite's free cannot fail; at exit the backend may be gone)
                 log.debug("%s: freeing a kernel failed: %s: %s", self.name, type(e).__name__, e)
+        self._maybe_unpin()
+
+    # -- lifetime -----------------------------------------------------------------------------------------
+    def pin(self, delegate: SimpleDelegate, owner: object | None) -> None:
+        """Keep ``delegate`` alive while LiteRT interpreter ``owner`` (None: one we could not find, for the
+        process) can call into it: a caller who drops the delegate, or empties the list it passed, must not leave
+        LiteRT calling into freed Python objects."""
+        self._pinned = delegate
+        if owner is None:
+            self._owners.add(-1)
+            return
+        key = id(owner)
+        if key not in self._owners:
+            self._owners.add(key)
+            weakref.finalize(owner, self._owner_gone, key)
+
+    def _owner_gone(self, key: int) -> None:
+        self._owners.discard(key)
+        self._maybe_unpin()
+
+    def _maybe_unpin(self) -> None:
+        # an interpreter is finalized before its C++ side frees the kernels: the last free releases the delegate
+        if not self._owners and not self._kernels:
+            self._pinned = None
 
     def _state(self, node: int) -> _KernelState:
         st = self._kernels.get(c_void_p.from_address(node + _USER_DATA_OFFSET).value or 0)
@@ -763,16 +790,18 @@ class Bridge:
                 if ptr != ptrs[k]:
                     views[t] = self._view(t, ptr, st)
                     ptrs[k] = ptr
-            io = views.copy()
+            # the inputs only: every output must be written (a kernel that forgets one is an error, as in
+            # gpu_delegate.Interpreter, not the previous invoke's values passed off as this one's)
+            io = {t: views[t] for t in st.inputs}
             st.kernel.invoke(io)
             for t in st.outputs:
                 value = io.get(t)
                 view = views[t]
-                if value is view:
-                    continue
                 if value is None:
                     raise DelegateError(f"the kernel did not write output tensor {t} "
                                         f"({st.graph.tensors[t].name!r})")
+                if value is view:
+                    continue
                 value = np.asarray(value)
                 if value.shape != view.shape:
                     raise DelegateError(f"the kernel wrote shape {list(value.shape)} to output tensor {t} "
@@ -807,9 +836,28 @@ def native_delegate_pointer(delegate: SimpleDelegate) -> int:
     b = delegate.__dict__.get("_litert_bridge")
     if b is None:
         b = Bridge(delegate, version)
-        delegate.__dict__["_litert_bridge"] = b  # kept for the delegate's lifetime: interpreters hold pointers
+        delegate.__dict__["_litert_bridge"] = b
+        _BRIDGES.append(b)
     b.version = version
+    b.pin(delegate, _calling_interpreter())
     return b.pointer
+
+
+# Every bridge ever handed to LiteRT: its C callbacks must stay valid whatever the caller keeps.
+_BRIDGES: list[Bridge] = []
+
+
+def _calling_interpreter() -> object | None:
+    """The interpreter object whose construction asks for the pointer (LiteRT's Interpreter.__init__ calls it), or
+    None when it cannot be found."""
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None:
+        owner = frame.f_locals.get("self")
+        if frame.f_code.co_name == "__init__" and owner is not None and type(owner).__name__ == "Interpreter" \
+                and not type(owner).__module__.startswith("gpu_delegate"):
+            return owner
+        frame = frame.f_back
+    return None
 
 
 def bridge_of(delegate: SimpleDelegate) -> Bridge | None:

@@ -16,6 +16,7 @@ rule. The result is a copy of the graph in which
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Mapping
 
 import numpy as np
@@ -24,6 +25,9 @@ from .errors import KERNEL_FAULTS, DataDependentShape, ModelError, ShapeError
 from .graph import MAX_TENSOR_BYTES, Graph, Node, Tensor
 from .ops.base import Runtime, Shape, get_op, run_node
 
+# The tensors one subgraph computes may need at most this much memory together, unless the environment says
+# otherwise (GPU_DELEGATE_MAX_TENSOR_GIB).
+MAX_TOTAL_BYTES = 4 << 30
 # A node is computed at allocation only if its outputs hold at most this many elements: shape arithmetic, not
 # the dequantization of weights (which the delegates prepare their own way).
 FOLD_MAX_ELEMENTS = 4096
@@ -120,6 +124,46 @@ def check_tensor_size(tensor: Tensor, node: Node | None = None, where: str = "")
     if nbytes > MAX_TENSOR_BYTES:
         raise ModelError(f"{prefix}{by}tensor {tensor.index} ({tensor.name!r}) of shape {list(tensor.shape)} would "
                          f"need {nbytes / 2**30:.1f} GiB, more than the {MAX_TENSOR_BYTES >> 30} GiB allowed")
+
+
+def check_total_size(graph: Graph, where: str = "") -> None:
+    """A ShapeError when the tensors a resolved graph computes would need more memory than allowed: the machine's
+    free memory, and at most MAX_TOTAL_BYTES (the environment variable GPU_DELEGATE_MAX_TENSOR_GIB raises it). A
+    file of a kilobyte may ask for many huge tensors, each within MAX_TENSOR_BYTES."""
+    total = sum(t.size * t.dtype.itemsize for t in graph.tensors if t.data is None and not t.dynamic)
+    limit, why = max_total_bytes()
+    available = available_memory()
+    if available < limit:
+        limit, why = available, "of memory available"
+    if total > limit:
+        raise ShapeError(f"{where + ': ' if where else ''}its tensors would need {total / 2**30:.1f} GiB, more than "
+                         f"the {limit / 2**30:.1f} GiB {why}")
+
+
+def max_total_bytes() -> tuple[int, str]:
+    """The documented cap on the memory of a subgraph's tensors, and how to say where it comes from."""
+    value = os.environ.get("GPU_DELEGATE_MAX_TENSOR_GIB")
+    if value:
+        try:
+            return int(float(value) * 2**30), "that GPU_DELEGATE_MAX_TENSOR_GIB allows"
+        except ValueError:
+            raise ShapeError(f"GPU_DELEGATE_MAX_TENSOR_GIB={value!r} is not a number of GiB") from None
+    return MAX_TOTAL_BYTES, "allowed (set GPU_DELEGATE_MAX_TENSOR_GIB to allow more)"
+
+
+def available_memory() -> int:
+    """Bytes of memory free for new allocations (Linux's MemAvailable; elsewhere the physical memory)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 1 << 62  # unknown: the per-tensor limit still holds
 
 
 def check_run_shape(value: np.ndarray, tensor: Tensor, node: Node, where: str = "") -> None:

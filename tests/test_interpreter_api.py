@@ -245,3 +245,58 @@ def test_model_path_errors_name_the_file(tmp_path):
         gd.Interpreter(model_path=garbage)
     with pytest.raises(ValueError, match="exactly one"):
         gd.Interpreter(model_path=garbage, model_content=b"")
+
+
+@pytest.mark.parametrize("kwargs, error, match", [
+    ({"model_path": 123}, TypeError, "model_path must be a str or os.PathLike, not int"),
+    ({"model_content": "not bytes"}, TypeError, "model_content must be bytes, not str"),
+    ({"model_content": CONTENT, "experimental_delegates": gd.SimpleDelegate()}, TypeError,
+     r"experimental_delegates must be a list of delegates.*\[delegate\]"),
+])
+def test_bad_arguments_are_named(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        gd.Interpreter(**kwargs)
+
+
+@pytest.mark.parametrize("size, match", [([10**30, 4], r"dimensions must be in \[0, 2\*\*31\)"),
+                                         ([2**31, 4], r"dimensions must be in \[0, 2\*\*31\)"),
+                                         ("ab", "tensor_size must be a list of ints"),
+                                         ([1.5, 4], "tensor_size must be a list of ints")])
+def test_bad_resizes_are_value_errors(size, match):
+    it = gd.Interpreter(model_content=CONTENT)
+    with pytest.raises(ValueError, match=match):
+        it.resize_tensor_input(T["x"], size)
+    assert list(it.get_input_details()[0]["shape"]) == [1, 4]  # nothing half-changed
+
+
+def test_sizes_do_not_wrap_around():
+    """A declared shape whose element count exceeds int64 is counted exactly (inspect's MACs, size checks)."""
+    from gpu_delegate.graph import Tensor
+
+    t = Tensor(0, "t", (2**40, 2**40), np.dtype(np.float32))
+    assert t.size == 2**80
+
+
+def _memory_bomb() -> bytes:
+    """A kilobyte of model asking for 8 tensors of 10^9 int8 values (each within the per-tensor limit)."""
+    mb = ModelBuilder()
+    x = mb.input("x", [1], np.int8)
+    outs = []
+    for k in range(8):
+        y = mb.tensor(f"y{k}", [10**9], np.int8)
+        mb.op("BROADCAST_TO", [x, mb.const(f"s{k}", np.array([10**9], np.int32))], [y], version=2)
+        outs.append(y)
+    mb.output(*outs)
+    return mb.build()
+
+
+def test_a_memory_bomb_is_refused_at_allocation(monkeypatch):
+    content = _memory_bomb()
+    assert len(content) < 2048
+    it = gd.Interpreter(model_content=content)
+    with pytest.raises(gd.ModelError, match=r"would need 7\.5 GiB, more than the 4\.0 GiB allowed"):
+        it.allocate_tensors()
+    monkeypatch.setenv("GPU_DELEGATE_MAX_TENSOR_GIB", "0.001")
+    small = gd.Interpreter(model_content=CONTENT)
+    with pytest.raises(gd.ModelError, match="GPU_DELEGATE_MAX_TENSOR_GIB allows"):
+        small.allocate_tensors()

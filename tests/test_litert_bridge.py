@@ -184,13 +184,16 @@ def test_exception_in_invoke_becomes_runtime_error():
 
 
 @pytest.mark.parametrize("write, error", [("float64", None), ("shape", "wrote shape [20] to output tensor"),
-                                          ("nothing", "did not write output tensor")])
+                                          ("nothing", "did not write output tensor"),
+                                          ("skipped", "did not write output tensor")])
 def test_kernel_outputs_are_checked(write, error):
     """Outputs are copied into LiteRT's buffers: cast within their kind, never reshaped, never left unset."""
     class Odd(ex.AddSubDelegate):
         def create_kernel(self):
             class Kernel(ex.AddSubKernel):
                 def invoke(self, tensors):
+                    if write == "skipped":  # computes nothing: LiteRT's buffers must not pass for a result
+                        return
                     super().invoke(tensors)
                     for t in self.outputs:
                         if write == "float64":
@@ -238,6 +241,33 @@ def test_deleting_the_interpreter_frees_the_kernels():
     gc.collect()
     assert bridge.bridge_of(delegate).live_kernels == 0
     assert all(k() is None for k in delegate.kernels)
+
+
+def test_a_delegate_dropped_before_its_interpreter_stays_alive_while_needed():
+    """The caller empties the list it passed and drops the delegate: LiteRT still holds pointers into it, so it must
+    live until that interpreter goes (which frees its kernels through the delegate's callbacks), then be
+    released. Run in a child process: the failure this guards against is a segfault."""
+    code = """
+import gc, weakref, numpy as np
+from ai_edge_litert.interpreter import Interpreter
+from tests.reference import run
+from tests.test_litert_bridge import ADD_SUB, ex
+delegates = [ex.AddSubDelegate()]  # two partitions: two kernels LiteRT frees one after the other
+it = Interpreter(model_content=ADD_SUB, experimental_delegates=delegates)
+alive = weakref.ref(delegates[0])
+delegates.clear(); gc.collect()
+x = np.random.default_rng(0).standard_normal((1, 4, 5)).astype(np.float32)
+for o, r in zip(run(it, [x]), run(Interpreter(model_content=ADD_SUB), [x])):
+    assert np.allclose(o, r, atol=1e-6)
+del it; gc.collect()
+assert alive() is None, "still alive after its interpreter went"
+print("ok")
+"""
+    import subprocess
+    import sys
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                          cwd=Path(__file__).resolve().parents[1])
+    assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stderr[-2000:]
 
 
 # -- the ABI guard --------------------------------------------------------------------------------------------

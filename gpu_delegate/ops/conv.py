@@ -10,6 +10,7 @@ Three kinds of arithmetic, chosen from the tensor types:
 
 from __future__ import annotations
 
+import math
 import struct
 from collections.abc import Callable
 
@@ -213,7 +214,7 @@ class Conv2D(Op):
     @staticmethod
     def macs(node: Node, graph: Graph) -> int:
         w, y = required_tensor(node, graph, 1), output_of(node, graph)
-        return y.size * int(np.prod(w.shape[1:]))
+        return y.size * math.prod(w.shape[1:])
 
 
 # -- DEPTHWISE_CONV_2D ---------------------------------------------------------------------------------------
@@ -418,7 +419,7 @@ class TransposeConv(Op):
 
     @staticmethod
     def macs(node: Node, graph: Graph) -> int:
-        return required_tensor(node, graph, 2).size * int(np.prod(required_tensor(node, graph, 1).shape[:3]))
+        return required_tensor(node, graph, 2).size * math.prod(required_tensor(node, graph, 1).shape[:3])
 
 
 TFLITE_PADDING_SAME, TFLITE_PADDING_VALID = 1, 2  # TfLitePadding (C API), not the schema's numbering
@@ -486,7 +487,7 @@ class Convolution2DTransposeBias(Op):
 
     @staticmethod
     def macs(node: Node, graph: Graph) -> int:
-        return required_tensor(node, graph, 0).size * int(np.prod(required_tensor(node, graph, 1).shape[:3]))
+        return required_tensor(node, graph, 0).size * math.prod(required_tensor(node, graph, 1).shape[:3])
 
 
 # -- FULLY_CONNECTED -----------------------------------------------------------------------------------------
@@ -643,7 +644,7 @@ class BatchMatMul(Op):
     def macs(node: Node, graph: Graph) -> int:
         x, w = required_tensor(node, graph, 0), required_tensor(node, graph, 1)
         shape, k = _bmm_dims(node, x.shape, w.shape)
-        return int(np.prod(shape, dtype=np.int64)) * k
+        return math.prod(shape) * k
 
 
 # -- the GPU side (kernels/dialect/conv2d.dialect and friends): support, blocking, weight layouts -------------

@@ -8,6 +8,8 @@ ignored, as TFLite's float conv kernels ignore them).
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..cpu import conv3d as k
@@ -79,7 +81,7 @@ class Conv3D(Op):
     @staticmethod
     def macs(node, graph):
         w = graph.tensors[node.inputs[1]]
-        return output_of(node, graph).size * int(np.prod(w.shape[:4]))
+        return output_of(node, graph).size * math.prod(w.shape[:4])
 
     @staticmethod
     def run_cpu(node, graph, inputs):
@@ -142,7 +144,7 @@ class Conv3DTranspose(Op):
 
     @staticmethod
     def macs(node, graph):
-        return graph.tensors[node.inputs[2]].size * int(np.prod(graph.tensors[node.inputs[1]].shape[:4]))
+        return graph.tensors[node.inputs[2]].size * math.prod(graph.tensors[node.inputs[1]].shape[:4])
 
     @staticmethod
     def run_cpu(node, graph, inputs):

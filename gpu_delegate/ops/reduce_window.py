@@ -5,6 +5,8 @@ int32, int64, uint8, float32, float64."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..cpu import reduce_window as k
@@ -60,7 +62,7 @@ class ReduceWindow(Op):
     @staticmethod
     def macs(node, graph):
         window, _, _ = _window(node, graph, len(graph.tensors[node.inputs[0]].shape))
-        return graph.tensors[node.outputs[0]].size * int(np.prod(window))
+        return graph.tensors[node.outputs[0]].size * math.prod(window)
 
     @staticmethod
     def run_cpu(node, graph, inputs):
