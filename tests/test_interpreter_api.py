@@ -296,7 +296,7 @@ def test_a_memory_bomb_is_refused_at_allocation(monkeypatch):
     it = gd.Interpreter(model_content=content)
     with pytest.raises(gd.ModelError, match=r"would need 7\.5 GiB, more than the 4\.0 GiB allowed"):
         it.allocate_tensors()
-    monkeypatch.setenv("GPU_DELEGATE_MAX_TENSOR_GIB", "0.001")
+    monkeypatch.setenv("GPU_DELEGATE_MAX_TENSOR_GIB", "1e-9")  # a byte
     small = gd.Interpreter(model_content=CONTENT)
     with pytest.raises(gd.ModelError, match="GPU_DELEGATE_MAX_TENSOR_GIB allows"):
         small.allocate_tensors()
