@@ -12,6 +12,7 @@ from . import backends
 from .cache import Cache
 from .cpu.quant import dequantize, quantize
 from .delegate import DelegateKernel, SimpleDelegate
+from .dtypes import GPU_EXACT_INT, GPU_HELD_AS_FLOAT
 from .errors import KERNEL_FAULTS, DelegateError, ModelError
 from .graph import FOLDED_ON_CONSTANTS, Graph, Node
 from .ops import get_op
@@ -107,8 +108,10 @@ class GpuDelegate(SimpleDelegate):
                 info = np.iinfo(tensor.dtype)
                 if not info.min <= zero <= info.max:
                     return f"tensor {tensor.name!r} has a zero point {zero} outside {tensor.dtype}"
-            elif tensor.dtype not in (np.float32, np.float16):
-                return f"tensor {tensor.name!r} is {tensor.dtype}; the GPU path computes in float"
+            elif tensor.dtype not in (np.float32, np.float16) and not (
+                    op.gpu_ints and tensor.dtype in GPU_HELD_AS_FLOAT and tensor.quant is None):
+                held = f"; {node.op} takes none on the GPU" if tensor.dtype in GPU_HELD_AS_FLOAT else ""
+                return f"tensor {tensor.name!r} is {tensor.dtype}; the GPU path computes in float{held}"
         try:
             verdict = op.gpu_support(node, graph)
         except (ModelError, *KERNEL_FAULTS) as e:
@@ -250,6 +253,12 @@ class GpuKernel(DelegateKernel):
         for t in self.inputs:
             x = tensors[t]
             tensor = graph.tensors[t]
+            if x.dtype == np.int32 and x.size and int(np.abs(x).max()) > GPU_EXACT_INT:
+                # int32 lanes are float32 on the device: exact to 2**24 only, so this invoke runs on the CPU
+                log.warning("GpuDelegate: tensor %r holds int32 values beyond 2**24; nodes %s run on the CPU this "
+                            "invoke", tensor.name, _span(self.nodes))
+                self._invoke_cpu(tensors)
+                return
             if tensor.quant is not None and x.dtype.kind in "iu":
                 if x.dtype in (np.int8, np.uint8) and not tensor.quant.per_channel:
                     codes[t] = tensor.quant.scalar()  # dequantized on the device
@@ -265,6 +274,10 @@ class GpuKernel(DelegateKernel):
             if tensor.quant is not None and tensor.dtype.kind in "iu":
                 s, z = tensor.quant.scalar()
                 y = quantize(y, s, z, tensor.dtype)
+            elif tensor.dtype == np.bool_:
+                y = y != 0
+            elif tensor.dtype == np.int32:
+                y = np.rint(y)
             tensors[t] = y.astype(tensor.dtype, copy=False).reshape(self.prepared_shapes[t])
 
     def _invoke_cpu(self, tensors) -> None:

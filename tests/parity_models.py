@@ -83,7 +83,7 @@ def _sample(shape: tuple[int, ...], dtype: type) -> np.ndarray:
     return rng.standard_normal(shape).astype(dt)
 
 
-F, I, B = np.float32, np.int32, np.bool_
+F, I32, B = np.float32, np.int32, np.bool_
 S4, S4B = (2, 3, 5, 7), (1, 1, 5, 7)
 
 
@@ -126,7 +126,7 @@ def _face_landmarks(n: int = 20) -> np.ndarray:
 MODELS: dict[str, Callable[[], Model]] = {
     **{f"{op} float": _compare(op, F) for op in ("EQUAL", "NOT_EQUAL", "GREATER", "GREATER_EQUAL", "LESS",
                                                   "LESS_EQUAL")},
-    **{f"{op} int32": _compare(op, I) for op in ("EQUAL", "NOT_EQUAL", "GREATER", "GREATER_EQUAL", "LESS",
+    **{f"{op} int32": _compare(op, I32) for op in ("EQUAL", "NOT_EQUAL", "GREATER", "GREATER_EQUAL", "LESS",
                                                   "LESS_EQUAL")},
     "EQUAL bool": _compare("EQUAL", B),
     "LOGICAL_AND": lambda: _one("LOGICAL_AND", [(S4, B), (S4B, B)], (S4, B)),
@@ -134,17 +134,17 @@ MODELS: dict[str, Callable[[], Model]] = {
     "LOGICAL_NOT": lambda: _one("LOGICAL_NOT", [(S4, B)], (S4, B)),
     "SELECT": lambda: _one("SELECT", [((2,), B), (S4, F), (S4, F)], (S4, F)),
     "SELECT_V2": lambda: _one("SELECT_V2", [((2, 3, 1, 7), B), (S4, F), (S4B, F)], (S4, F)),
-    "SELECT_V2 int32": lambda: _one("SELECT_V2", [(S4, B), (S4, I), (S4, I)], (S4, I)),
+    "SELECT_V2 int32": lambda: _one("SELECT_V2", [(S4, B), (S4, I32), (S4, I32)], (S4, I32)),
     "CAST bool->float": lambda: _one("CAST", [(S4, B)], (S4, F)),
     "CAST float->bool": lambda: _one("CAST", [(S4, F)], (S4, B)),
-    "CAST int32->float": lambda: _one("CAST", [(S4, I)], (S4, F)),
-    "CAST float->int32": lambda: _one("CAST", [(S4, F)], (S4, I), samples=[(_sample(S4, F) * 40).astype(F)]),
-    "ONE_HOT": lambda: _one("ONE_HOT", [((2, 5), I), np.array(7, I), np.array(2.5, F), np.array(-1.0, F)],
-                            ((2, 5, 7), F), samples=[rng.integers(-1, 8, (2, 5)).astype(I)], axis=-1),
-    "CUMSUM float": lambda: _one("CUMSUM", [(S4, F), np.array(2, I)], (S4, F)),
-    "CUMSUM int32": lambda: _one("CUMSUM", [(S4, I), np.array(3, I)], (S4, I), exclusive=True, reverse=True),
-    "GATHER run-time indices": lambda: _one("GATHER", [((2, 6, 5, 7), F), ((3,), I)], ((2, 3, 5, 7), F),
-                                            samples=[_sample((2, 6, 5, 7), F), np.array([5, 0, 3], I)], axis=1),
+    "CAST int32->float": lambda: _one("CAST", [(S4, I32)], (S4, F)),
+    "CAST float->int32": lambda: _one("CAST", [(S4, F)], (S4, I32), samples=[(_sample(S4, F) * 40).astype(F)]),
+    "ONE_HOT": lambda: _one("ONE_HOT", [((2, 5), I32), np.array(7, I32), np.array(2.5, F), np.array(-1.0, F)],
+                            ((2, 5, 7), F), samples=[rng.integers(-1, 8, (2, 5)).astype(I32)], axis=-1),
+    "CUMSUM float": lambda: _one("CUMSUM", [(S4, F), np.array(2, I32)], (S4, F)),
+    "CUMSUM int32": lambda: _one("CUMSUM", [(S4, I32), np.array(3, I32)], (S4, I32), exclusive=True, reverse=True),
+    "GATHER run-time indices": lambda: _one("GATHER", [((2, 6, 5, 7), F), ((3,), I32)], ((2, 3, 5, 7), F),
+                                            samples=[_sample((2, 6, 5, 7), F), np.array([5, 0, 3], I32)], axis=1),
     "CONV_2D run-time weights": lambda: _one("CONV_2D", [((2, 8, 8, 6), F), ((5, 3, 3, 6), F)], ((2, 8, 8, 5), F),
                                              padding="SAME", stride_w=1, stride_h=1),
     "CONV_2D 12 groups": lambda: _one("CONV_2D", [((1, 8, 8, 24), F),
@@ -187,3 +187,17 @@ def _pool_argmax() -> Model:
     mb.op("MaxPoolingWithArgmax2D", [x], [y, idx], custom_options=pool_options((2, 2), (2, 2)))
     mb.output(y, idx)
     return mb.build(), [_sample((2, 6, 8, 5), F)]
+
+
+def run_gpu(content: bytes, inputs: list[np.ndarray], backend: str, fp16: bool = False) -> list[np.ndarray]:
+    """Outputs of ``content`` on the GPU delegate; every node must have run on ``backend``."""
+    import gpu_delegate as gd
+
+    from .reference import run, shared_delegate
+
+    it = gd.Interpreter(model_content=content, experimental_delegates=[shared_delegate(backend, fp16)])
+    outs = run(it, inputs)
+    for d in it.get_ops_details():
+        assert d["backend"] == backend, f"node {d['index']} ({d['op_name']}) ran on {d['backend']}: " \
+            f"{it.cpu_reasons().get(d['index'])}"
+    return outs

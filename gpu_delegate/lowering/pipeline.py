@@ -14,7 +14,7 @@ def build_plan(graph: Graph, nodes: list[int], inputs: list[int], outputs: list[
                shapes: dict[int, tuple[int, ...]], ops: dict[int, GpuOp], quantized: bool = True,
                device_type: str = "gpu") -> Plan:
     """The plan of partition ``nodes``; ``ops`` gives each node's op class."""
-    view = PartitionView(graph, list(nodes), shapes, list(inputs), list(outputs), ops=dict(ops))
+    view = PartitionView(graph, list(nodes), dict(shapes), list(inputs), list(outputs), ops=dict(ops))
     ctx = LowerContext(view, device_type)
     results: list[PassResult] = [fold_constants.run(view), drop_reshape.run(view), merge_pad.run(view),
                                  fuse_elementwise.run(view, quantized, ctx.operand_const), emit.run(view, ctx)]
@@ -24,7 +24,8 @@ def build_plan(graph: Graph, nodes: list[int], inputs: list[int], outputs: list[
         ctx.tensors.setdefault(t, bhwc(shapes[t]))
         ctx.tensors.setdefault(src, bhwc(shapes[src]))
     plan = Plan(ctx.tensors, ctx.consts, ctx.kernels, list(inputs), list(outputs), dict(view.aliases),
-                nodes=list(nodes))
+                nodes=list(nodes), fp32_tensors={t for t in ctx.tensors if ctx.holds_ints(t)} | ctx.fp32_tensors,
+                fp32_consts=set(ctx.fp32_consts))
     results.append(memory.run(plan))
     plan.notes = [note for r in results if r.name != "emit" for note in r.applied]
     return plan

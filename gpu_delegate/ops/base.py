@@ -40,6 +40,9 @@ class Op:
     # The newest op version (operator_codes[].version) this class implements, as TFLite's op resolver
     # registers it; None: not yet audited, every version is accepted.
     max_version: ClassVar[int | None] = None
+    # the GPU form is exact on bool and int32 tensors held as float lanes (dtypes.GPU_HELD_AS_FLOAT): comparisons,
+    # logic, selection and data movement; arithmetic whose integer meaning differs from float (DIV) is not
+    gpu_ints: ClassVar[bool] = False
 
     @classmethod
     def check_version(cls, node: Node) -> None:
