@@ -132,6 +132,11 @@ class LowerContext:
         """Whether graph tensor ``t`` holds int32 values (kept in float32 storage on the device)."""
         return 0 <= t < len(self.graph.tensors) and self.graph.tensors[t].dtype == np.int32
 
+    def keep_fp32(self, t: int) -> None:
+        """Store tensor ``t`` (as the node reads or writes it) in float32 whatever the delegate's precision: a
+        few values that many others depend on (a transform matrix)."""
+        self.fp32_tensors.add(self.view.final(t))
+
     def scratch(self, shape: tuple[int, ...], fp32: bool = False) -> int:
         """A new plan tensor of ``shape`` that no graph tensor stands for: an intermediate result of an op
         lowered as several kernels. ``fp32``: stored as float32 whatever the delegate's precision."""

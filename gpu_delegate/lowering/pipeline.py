@@ -24,8 +24,9 @@ def build_plan(graph: Graph, nodes: list[int], inputs: list[int], outputs: list[
         ctx.tensors.setdefault(t, bhwc(shapes[t]))
         ctx.tensors.setdefault(src, bhwc(shapes[src]))
     plan = Plan(ctx.tensors, ctx.consts, ctx.kernels, list(inputs), list(outputs), dict(view.aliases),
-                nodes=list(nodes), fp32_tensors={t for t in ctx.tensors if ctx.holds_ints(t)} | ctx.fp32_tensors,
-                fp32_consts=set(ctx.fp32_consts))
+                nodes=list(nodes), fp32_consts=set(ctx.fp32_consts))
+    plan.fp32_tensors = {plan.storage(t) for t in ctx.tensors if ctx.holds_ints(t)} | \
+        {plan.storage(t) for t in ctx.fp32_tensors}
     results.append(memory.run(plan))
     plan.notes = [note for r in results if r.name != "emit" for note in r.applied]
     return plan

@@ -6,7 +6,7 @@ from .base import REGISTRY, Op, get_op, register
 
 _FAMILIES = ["conv", "pool", "elementwise", "reduce", "layout", "resize", "quantize", "lstm", "rnn", "conv3d",
              "segment", "unique", "detection", "random", "svdf", "embedding_sparse", "reduce_window", "stablehlo",
-             "math", "shape", "index", "space", "normalization", "signal", "hashing"]
+             "math", "shape", "index", "space", "normalization", "signal", "hashing", "mediapipe"]
 
 
 def _import_families() -> None:
