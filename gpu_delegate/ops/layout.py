@@ -952,30 +952,47 @@ class Gather(Op):
                              f"{indices.max()}] for a dimension of size {params.shape[axis]}")
         return [k.gather(params, indices, axis, bd)]
 
+    gpu_ints = True  # int32 params move exactly; run-time int32 indices are read from float32 storage
+
     @staticmethod
     def gpu_support(node: Node, graph: Graph) -> bool | str:
-        verdict = _gpu_check(node, graph, params={1: "indices"})
+        params, indices = (graph.tensors[t] for t in node.inputs)
+        runtime = indices.data is None
+        if runtime and (graph.constant_like(node.inputs[1]) or indices.dtype != np.int32):
+            return f"run-time indices of type {indices.type_name or indices.dtype} (the GPU reads int32 ones)"
+        verdict = _gpu_check(node, graph, params={} if runtime else {1: "indices"})
         if verdict is not True:
             return verdict
-        params, indices = (graph.tensors[t] for t in node.inputs)
         try:
             axis, batch_dims = _gather_axes(node, params.shape, indices.shape)
         except ModelError as e:
             return str(e)
         if batch_dims:
             return "batch_dims > 0"
-        values = np.asarray(indices.data).reshape(-1)
-        if values.size and (values.min() < 0 or values.max() >= params.shape[axis]):
-            return f"indices outside [0, {params.shape[axis]})"
+        if len(indices.shape) + len(params.shape) - 1 > 4:
+            return f"the output would have rank {len(indices.shape) + len(params.shape) - 1}"
+        if not runtime:
+            values = np.asarray(indices.data).reshape(-1)
+            if values.size and (values.min() < 0 or values.max() >= params.shape[axis]):
+                return f"indices outside [0, {params.shape[axis]})"
         if params.shape[axis] > 2048 * 2048:
             return f"dimension {axis} of size {params.shape[axis]} is too long to index in fp16"
         return True
 
     @staticmethod
     def lower(node: Node, graph: Graph, ctx: LowerContext) -> None:
+        """Constant indices go in a table; run-time ones are read from their tensor (clamped into range, where
+        TFLite's kernel would fail the invoke)."""
         src, indices = ctx.input(node, 0), ctx.input(node, 1)
         shape = ctx.shape(src)
         axis, _ = _gather_axes(node, shape, ctx.shape(indices))
+        runtime = not ctx.is_const(indices)
+        defines: Defines = {"COUNT": _size(ctx.shape(indices)), "AXIS_SIZE": shape[axis],
+                            "INNER": _size(shape[axis + 1:]), "VEC4": axis < len(shape) - 1, "RUNTIME": runtime}
+        dst = ctx.output(node, 0)
+        if runtime:
+            ctx.kernel("gather", {"src": src, "indices": indices}, {"dst": dst}, defines=defines, grid=ctx.grid(dst))
+            return
         values = ctx.const_ints(indices).reshape(-1)
 
         def table() -> np.ndarray:
@@ -984,9 +1001,6 @@ class Gather(Op):
             rows[1:2 * values.size:2] = values // 2048
             return rows.reshape(-1, 4)
 
-        defines: Defines = {"COUNT": values.size, "AXIS_SIZE": shape[axis], "INNER": _size(shape[axis + 1:]),
-                   "VEC4": axis < len(shape) - 1}
-        dst = ctx.output(node, 0)
         ctx.kernel("gather", {"src": src}, {"dst": dst}, {"table": ctx.const(f"gather:{indices}", table)}, defines,
                    grid=ctx.grid(dst))
 
@@ -1025,6 +1039,31 @@ class OneHot(Op):
         depth, axis = OneHot._plan(node, depth_v, indices.ndim)
         dtype = graph.tensors[node.outputs[0]].dtype
         return [k.one_hot(indices, depth, on.reshape(-1)[0], off.reshape(-1)[0], axis, dtype)]
+
+    gpu_ints = True
+
+    @staticmethod
+    def gpu_support(node: Node, graph: Graph) -> bool | str:
+        indices = graph.tensors[node.inputs[0]]
+        if indices.dtype != np.int32:
+            return f"indices of type {indices.type_name or indices.dtype} (the GPU reads int32 ones)"
+        verdict = _gpu_check(node, graph, params={1: "depth", 2: "on value", 3: "off value"},
+                             plan=lambda n, g: OneHot._plan(n, const_input(n, g, 1, "depth"), len(indices.shape)))
+        if verdict is not True:
+            return verdict
+        if len(indices.shape) >= 4:
+            return f"the output would have rank {len(indices.shape) + 1}"
+        return True
+
+    @staticmethod
+    def lower(node: Node, graph: Graph, ctx: LowerContext) -> None:
+        indices, dst = ctx.input(node, 0), ctx.output(node, 0)
+        rank = len(ctx.shape(indices))
+        depth, axis = OneHot._plan(node, const_input(node, graph, 1, "depth"), rank)
+        on, off = (float(np.asarray(const_input(node, graph, i, "value")).reshape(-1)[0]) for i in (2, 3))
+        defines: Defines = {"DEPTH": depth, "INNER": _size(ctx.shape(dst)[axis + 1:]), "ON_VALUE": on,
+                            "OFF_VALUE": off}
+        ctx.kernel("one_hot", {"indices": indices}, {"dst": dst}, defines=defines, grid=ctx.grid(dst))
 
 
 @register
