@@ -98,7 +98,7 @@ def _outputs(node: Node, low: int, high: int | None = None) -> None:
 # input at BHWC coordinates: a rank-r tensor's dimension i is BHWC dimension i + 4 - r (ctx.bhwc pads leading
 # 1s). Constant parameters (shapes, bounds, paddings, permutations) become defines.
 
-MAX_CONCAT_PARTS = 8  # buffers per kernel: llvmpipe allows 16, and fused post-ops may add their own
+MAX_CONCAT_PARTS = 8  # parts per kernel pass: llvmpipe binds 16 buffers, and fused post-ops may add their own
 
 
 def _gpu_check(node: Node, graph: Graph, data: tuple[int, ...] = (0,), params: dict[int, str] | None = None,
@@ -167,47 +167,55 @@ def _lower_slice(ctx: LowerContext, src: int, dst: int, index: Sequence[int | ra
 
 def _lower_concat(ctx: LowerContext, node: Node, parts: list[tuple[int, BHWC]], dst: int, axis: int) -> None:
     """Emit concat.dialect: ``parts`` are (tensor, its BHWC view with the joined axis in place), joined along BHWC
-    ``axis``. The per-part reads are generated macros (see concat.dialect); a constant part is a const buffer."""
-    inputs: dict[str, int] = {}
-    consts: dict[str, str] = {}
-    starts: list[int] = []
-    vecs: list[str] = []
-    lanes: list[str] = []
-    pos = 0
-    for n, (t, view) in enumerate(parts):
-        real = ctx.bhwc(t)
-        if ctx.is_const(t):
-            arg = f"c{n}"
-            consts[arg] = ctx.const_tensor("concat_part", t)
-        else:
-            arg = f"in{n}"
-            inputs[arg] = t
-        _, vh, vw, vc = view
-        vs = slices(vc)
-        vecs.append(f"{arg}_read(index4((b), (y), (x), (s), {vh}, {vw}, {vs}))")
-        if same_layout(view, real):
-            lanes.append(f"LANE({arg}_read(index4((b), (y), (x), (c) / 4, {vh}, {vw}, {vs})), (c) % 4)")
-        else:  # e.g. PACK along the last axis: find the element by its row-major position
-            lin = f"((((b) * {vh} + (y)) * {vw} + (x)) * {vc} + (c))"
-            lanes.append(f"LANE({arg}_read(linear_index4({lin}, {real[1]}, {real[2]}, {real[3]})), "
-                         f"linear_lane({lin}, {real[3]}))")
-        starts.append(pos)
-        pos += view[axis]
-
-    def chain(values: Sequence[object]) -> str:
-        text = str(values[-1])
-        for n in range(len(values) - 2, -1, -1):
-            text = f"((k) == {n} ? {values[n]} : {text})"
-        return text
-
-    helpers = (f"#define PART_START(k) {chain(starts)}\n"
-               f"#define PART_VEC(k, b, y, x, s) {chain(vecs)}\n"
-               f"#define PART_LANE(k, b, y, x, c) {chain(lanes)}\n")
+    ``axis``. The per-part reads are generated macros (see concat.dialect); a constant part is a const buffer.
+    More than MAX_CONCAT_PARTS parts go in passes of that many, each writing its parts into the output."""
+    starts = list(np.cumsum([0] + [view[axis] for _, view in parts[:-1]]))
     vec4 = all(same_layout(view, ctx.bhwc(t)) for t, view in parts) and \
         (axis != 3 or all(p % 4 == 0 for p in starts))
     ctx.fuse_activation(node)
-    ctx.kernel("concat", inputs, {"dst": dst}, consts, {"PARTS": len(parts), "AXIS": axis, "VEC4": vec4},
-               grid=ctx.grid(dst), helpers=helpers)
+    passes = range(0, len(parts), MAX_CONCAT_PARTS)
+    for first in passes:
+        inputs: dict[str, int] = {}
+        consts: dict[str, str] = {}
+        vecs: dict[int, str] = {}
+        lanes: dict[int, str] = {}
+        for n in range(first, min(first + MAX_CONCAT_PARTS, len(parts))):
+            t, view = parts[n]
+            real = ctx.bhwc(t)
+            if ctx.is_const(t):
+                arg = f"c{n}"
+                consts[arg] = ctx.const_tensor("concat_part", t)
+            else:
+                arg = f"in{n}"
+                inputs[arg] = t
+            _, vh, vw, vc = view
+            vs = slices(vc)
+            vecs[n] = f"{arg}_read(index4((b), (y), (x), (s), {vh}, {vw}, {vs}))"
+            if same_layout(view, real):
+                lanes[n] = f"LANE({arg}_read(index4((b), (y), (x), (c) / 4, {vh}, {vw}, {vs})), (c) % 4)"
+            else:  # e.g. PACK along the last axis: find the element by its row-major position
+                lin = f"((((b) * {vh} + (y)) * {vw} + (x)) * {vc} + (c))"
+                lanes[n] = (f"LANE({arg}_read(linear_index4({lin}, {real[1]}, {real[2]}, {real[3]})), "
+                            f"linear_lane({lin}, {real[3]}))")
+        last = first == passes[-1]
+        out = "dst" if last else "acc"  # post-ops go with the last pass, which writes every element
+        helpers = (f"#define PART_START(k) {_chain(dict(enumerate(starts)))}\n"
+                   f"#define PART_VEC(k, b, y, x, s) {_chain(vecs)}\n"
+                   f"#define PART_LANE(k, b, y, x, c) {_chain(lanes)}\n"
+                   f"#define OUT_READ(i) {out}_read(i)\n#define OUT_WRITE(i, v) {out}_write(i, v)\n"
+                   f"#define OUT_IDX(b, y, x, s) {out}_idx(b, y, x, s)\n#define OUT_S {out}_S\n#define OUT_C {out}_C\n")
+        defines: Defines = {"PARTS": len(parts), "AXIS": axis, "VEC4": vec4, "FIRST": first,
+                            "COUNT": len(vecs), "LAST_PASS": last}
+        ctx.kernel("concat", inputs, {out: dst}, consts, defines, grid=ctx.grid(dst), helpers=helpers)
+
+
+def _chain(values: dict[int, object]) -> str:
+    """A macro body picking ``values[k]`` by the part number k (the last one where k matches none)."""
+    keys = sorted(values)
+    text = str(values[keys[-1]])
+    for n in reversed(keys[:-1]):
+        text = f"((k) == {n} ? {values[n]} : {text})"
+    return text
 
 
 def _lower_reshape(node: Node, graph: Graph, ctx: LowerContext) -> None:
@@ -408,8 +416,6 @@ class Concatenation(Op):
 
     @staticmethod
     def gpu_support(node: Node, graph: Graph) -> bool | str:
-        if len(node.inputs) > MAX_CONCAT_PARTS:
-            return f"{len(node.inputs)} inputs; the GPU kernel joins at most {MAX_CONCAT_PARTS}"
         if all(graph.constant_like(t) for t in node.inputs):
             return "every input is a constant"
         return _gpu_check(node, graph, data=())
