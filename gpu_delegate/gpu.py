@@ -279,6 +279,12 @@ class GpuKernel(DelegateKernel):
             elif tensor.dtype == np.int32:
                 y = np.rint(y)
             tensors[t] = y.astype(tensor.dtype, copy=False).reshape(self.prepared_shapes[t])
+        for var, t in self.runner.plan.state_updates.items():  # state the nodes update in place (LSTM)
+            state = tensors[var]
+            if state.flags.writeable:
+                np.copyto(state, results[t].reshape(state.shape), casting="unsafe")
+            else:
+                tensors[var] = results[t].astype(state.dtype).reshape(state.shape)
 
     def _invoke_cpu(self, tensors) -> None:
         """The partition's nodes on the CPU kernels, in order (the fallback)."""

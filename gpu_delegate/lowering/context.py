@@ -47,6 +47,8 @@ class LowerContext:
         self.fp32_tensors: set[int] = set()
         self.fp32_consts: set[str] = set()
         self._next_scratch = len(self.graph.tensors)
+        # variable tensor -> the plan tensor holding its value after an invoke (an LSTM's states)
+        self.state_updates: dict[int, int] = {}
 
     # -- what an op reads ---------------------------------------------------------------------------------
     def input(self, node: Node, k: int) -> int:
@@ -131,6 +133,11 @@ class LowerContext:
     def holds_ints(self, t: int) -> bool:
         """Whether graph tensor ``t`` holds int32 values (kept in float32 storage on the device)."""
         return 0 <= t < len(self.graph.tensors) and self.graph.tensors[t].dtype == np.int32
+
+    def update_state(self, variable: int, t: int) -> None:
+        """After each invoke, write plan tensor ``t`` into ``variable`` (an input of the node the graph updates in
+        place, as TFLite's LSTM does its state): the partition reads the variable at its start, as any input."""
+        self.state_updates[variable] = t
 
     def keep_fp32(self, t: int) -> None:
         """Store tensor ``t`` (as the node reads or writes it) in float32 whatever the delegate's precision: a

@@ -23,8 +23,9 @@ def build_plan(graph: Graph, nodes: list[int], inputs: list[int], outputs: list[
     for t, src in view.aliases.items():
         ctx.tensors.setdefault(t, bhwc(shapes[t]))
         ctx.tensors.setdefault(src, bhwc(shapes[src]))
-    plan = Plan(ctx.tensors, ctx.consts, ctx.kernels, list(inputs), list(outputs), dict(view.aliases),
-                nodes=list(nodes), fp32_consts=set(ctx.fp32_consts))
+    updated = [t for t in ctx.state_updates.values() if t not in outputs]  # downloaded like outputs
+    plan = Plan(ctx.tensors, ctx.consts, ctx.kernels, list(inputs), list(outputs) + updated, dict(view.aliases),
+                nodes=list(nodes), fp32_consts=set(ctx.fp32_consts), state_updates=dict(ctx.state_updates))
     plan.fp32_tensors = {plan.storage(t) for t in ctx.tensors if ctx.holds_ints(t)} | \
         {plan.storage(t) for t in ctx.fp32_tensors}
     results.append(memory.run(plan))

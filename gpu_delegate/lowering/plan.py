@@ -95,6 +95,8 @@ class Plan:
     fp32_tensors: set[int] = field(default_factory=set)
     fp32_consts: set[str] = field(default_factory=set)
     buffer_fp32: list[bool] = field(default_factory=list)  # per buffer slot (memory plan)
+    # variable (graph) tensor -> plan tensor holding its new value after an invoke; those are in ``outputs``
+    state_updates: dict[int, int] = field(default_factory=dict)
 
     def tensor_precision(self, t: int, precision: str) -> str:
         """The storage of plan tensor ``t`` when the delegate stores ``precision``."""

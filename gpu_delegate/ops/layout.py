@@ -165,14 +165,17 @@ def _lower_slice(ctx: LowerContext, src: int, dst: int, index: Sequence[int | ra
     _remap(ctx, src, dst, start, step, source)
 
 
-def _lower_concat(ctx: LowerContext, node: Node, parts: list[tuple[int, BHWC]], dst: int, axis: int) -> None:
+def _lower_concat(ctx: LowerContext, node: Node, parts: list[tuple[int, BHWC]], dst: int, axis: int,
+                  activation: bool = True) -> None:
     """Emit concat.dialect: ``parts`` are (tensor, its BHWC view with the joined axis in place), joined along BHWC
     ``axis``. The per-part reads are generated macros (see concat.dialect); a constant part is a const buffer.
-    More than MAX_CONCAT_PARTS parts go in passes of that many, each writing its parts into the output."""
+    More than MAX_CONCAT_PARTS parts go in passes of that many, each writing its parts into the output.
+    ``activation``: the node's fused activation applies to the result (a CONCATENATION's does)."""
     starts = list(np.cumsum([0] + [view[axis] for _, view in parts[:-1]]))
     vec4 = all(same_layout(view, ctx.bhwc(t)) for t, view in parts) and \
         (axis != 3 or all(p % 4 == 0 for p in starts))
-    ctx.fuse_activation(node)
+    if activation:
+        ctx.fuse_activation(node)
     passes = range(0, len(parts), MAX_CONCAT_PARTS)
     for first in passes:
         inputs: dict[str, int] = {}
