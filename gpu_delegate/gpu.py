@@ -17,7 +17,7 @@ from .errors import KERNEL_FAULTS, DelegateError, ModelError
 from .graph import FOLDED_ON_CONSTANTS, Graph, Node
 from .ops import get_op
 from .ops.base import run_node
-from .phwc4 import bhwc, slices, vec4_count
+from .phwc4 import bhwc, collapse, slices, vec4_count
 from .runner import PlanRunner
 
 log = logging.getLogger("gpu_delegate")
@@ -97,7 +97,7 @@ class GpuDelegate(SimpleDelegate):
                 return f"tensor {tensor.name!r} is too large for the device: {too_big}"
             if tensor.data is not None:
                 continue
-            if len(tensor.shape) > MAX_RANK:
+            if len(collapse(tensor.shape)) > MAX_RANK or (len(tensor.shape) > MAX_RANK and not op.gpu_rank5):
                 return f"tensor {tensor.name!r} has rank {len(tensor.shape)}, the GPU path takes at most {MAX_RANK}"
             if tensor.dtype.kind in "iu" and tensor.quant is not None and tensor.dtype.itemsize == 1:
                 if not self.enable_quantized_inference:
@@ -125,6 +125,7 @@ class GpuDelegate(SimpleDelegate):
         buffer may hold, or a dispatch grid (W, H, B * slices, one work item per vec4 in the worst case)
         beyond the device's limit. Checked before anything is allocated, so such a node runs on the CPU
         instead of failing in the middle of preparing the GPU partition."""
+        shape = collapse(shape)
         if len(shape) > MAX_RANK or any(d < 0 for d in shape):
             return ""
         info = self.backend.device_info()
@@ -193,7 +194,7 @@ class GpuKernel(DelegateKernel):
         computed = [t for t in shapes if self.graph.tensors[t].data is None]
         empty = [t for t in computed if 0 in shapes[t]]
         # the support check saw the declared shapes; these are the ones the inputs give
-        deep = [t for t in computed if len(shapes[t]) > MAX_RANK]
+        deep = [t for t in computed if len(collapse(shapes[t])) > MAX_RANK]
         if empty:
             self._fall_back(f"tensor {empty[0]} has no elements (shape {list(shapes[empty[0]])})")
         elif deep:

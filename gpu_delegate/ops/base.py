@@ -43,6 +43,9 @@ class Op:
     # the GPU form is exact on bool and int32 tensors held as float lanes (dtypes.GPU_HELD_AS_FLOAT): comparisons,
     # logic, selection and data movement; arithmetic whose integer meaning differs from float (DIV) is not
     gpu_ints: ClassVar[bool] = False
+    # the lowering takes tensors of rank above 4 whose leading dimensions are 1 (phwc4.collapse): it reads every
+    # shape as the partition's collapsed rank-4 one and shifts rank-relative parameters (axes) to match
+    gpu_rank5: ClassVar[bool] = False
 
     @classmethod
     def check_version(cls, node: Node) -> None:

@@ -146,6 +146,7 @@ def _not_all_const(node: Node, graph: Graph) -> bool | str:
 
 class _Unary(Op):
     ints: ClassVar[bool] = False  # also computes plain (non-quantized) integer tensors
+    gpu_rank5 = True  # an elementwise lowering reads only BHWC shapes
     expr: ClassVar[str] = ""  # the GPU form: a dialect expression over FLT4 a
 
     @classmethod
@@ -489,6 +490,7 @@ class Cast(Op):
 # -- binary ---------------------------------------------------------------------------------------------
 
 class _Binary(Op):
+    gpu_rank5 = True  # numpy broadcasting aligns shapes on the right: dropping leading 1s keeps its meaning
     ints: ClassVar[bool] = True  # plain integer tensors allowed
     quantized: ClassVar[bool] = True
     floats: ClassVar[bool] = True

@@ -259,6 +259,7 @@ def _resolve_shape(node: Node, spec: list[int], count: int) -> Shape:
 @register
 class Reshape(Op):
     name = "RESHAPE"
+    gpu_ints = gpu_rank5 = True
 
     @staticmethod
     def check(node: Node, graph: Graph) -> None:
@@ -301,6 +302,7 @@ def _squeeze_axes(node: Node, shape: Shape) -> tuple[int, ...]:
 @register
 class Squeeze(Op):
     name = "SQUEEZE"
+    gpu_ints = gpu_rank5 = True
 
     @staticmethod
     def check(node: Node, graph: Graph) -> None:
@@ -335,6 +337,7 @@ def _expand_axis(node: Node, v: np.ndarray, rank: int) -> int:
 @register
 class ExpandDims(Op):
     name = "EXPAND_DIMS"
+    gpu_ints = gpu_rank5 = True
 
     @staticmethod
     def check(node: Node, graph: Graph) -> None:
@@ -378,6 +381,7 @@ def _concat_shape(node: Node, shapes: list[Shape]) -> tuple[int, Shape]:
 @register
 class Concatenation(Op):
     name = "CONCATENATION"
+    gpu_ints = gpu_rank5 = True
 
     @staticmethod
     def check(node: Node, graph: Graph) -> None:
@@ -426,8 +430,10 @@ class Concatenation(Op):
     @staticmethod
     def lower(node: Node, graph: Graph, ctx: LowerContext) -> None:
         dst = ctx.output(node, 0)
-        rank = len(ctx.shape(dst))
+        rank = len(graph.tensors[node.outputs[0]].shape)  # the axis counts in the graph's rank, maybe 5
         axis = _axis(node, int(node.attrs.get("axis", 0)), rank) + 4 - rank
+        if axis < 0:
+            raise DelegateError(f"{node}: joins along a dimension the GPU layout collapses")
         parts = [ctx.input(node, k) for k in range(len(node.inputs))]
         _lower_concat(ctx, node, [(t, ctx.bhwc(t)) for t in parts], dst, axis)
 
@@ -435,6 +441,7 @@ class Concatenation(Op):
 @register
 class Pack(Op):
     name = "PACK"
+    gpu_ints = True
 
     @staticmethod
     def check(node: Node, graph: Graph) -> None:
@@ -479,6 +486,7 @@ class Pack(Op):
 @register
 class Unpack(Op):
     name = "UNPACK"
+    gpu_ints = True
 
     @staticmethod
     def check(node: Node, graph: Graph) -> None:
@@ -535,6 +543,7 @@ def _split(x_shape: Shape, axis: int, sizes: list[int]) -> list[Shape]:
 @register
 class Split(Op):
     name = "SPLIT"
+    gpu_ints = True
 
     @staticmethod
     def check(node: Node, graph: Graph) -> None:
@@ -587,6 +596,7 @@ class Split(Op):
 @register
 class SplitV(Op):
     name = "SPLIT_V"
+    gpu_ints = True
 
     @staticmethod
     def check(node: Node, graph: Graph) -> None:
@@ -660,6 +670,7 @@ def _slice_plan(node: Node, bv: np.ndarray, sv: np.ndarray, shape: Shape) -> tup
 @register
 class Slice(Op):
     name = "SLICE"
+    gpu_ints = True
 
     @staticmethod
     def check(node: Node, graph: Graph) -> None:
@@ -790,6 +801,7 @@ def _strided_args(node: Node, values: list[np.ndarray]) -> tuple[list[int], list
 @register
 class StridedSlice(Op):
     name = "STRIDED_SLICE"
+    gpu_ints = True
 
     @staticmethod
     def check(node: Node, graph: Graph) -> None:
@@ -846,6 +858,7 @@ def _perm(node: Node, v: np.ndarray, rank: int) -> list[int]:
 @register
 class Transpose(Op):
     name = "TRANSPOSE"
+    gpu_ints = True
 
     @staticmethod
     def check(node: Node, graph: Graph) -> None:
@@ -890,6 +903,7 @@ def _multiples(node: Node, v: np.ndarray, rank: int) -> list[int]:
 @register
 class Tile(Op):
     name = "TILE"
+    gpu_ints = gpu_rank5 = True
 
     @staticmethod
     def check(node: Node, graph: Graph) -> None:
