@@ -201,3 +201,28 @@ def run_gpu(content: bytes, inputs: list[np.ndarray], backend: str, fp16: bool =
         assert d["backend"] == backend, f"node {d['index']} ({d['op_name']}) ran on {d['backend']}: " \
             f"{it.cpu_reasons().get(d['index'])}"
     return outs
+
+
+def every_op_model() -> bytes:
+    """Every model of MODELS side by side in one graph (their tensors renamed apart): what ``gpu-delegate inspect``
+    shows wholly on the GPU."""
+    from gpu_delegate.tflite.reader import read_model
+
+    mb = ModelBuilder()
+    for name, make in MODELS.items():
+        graph = read_model(make()[0], name).main
+        ids: dict[int, int] = {}
+        prefix = "".join(ch if ch.isalnum() else "_" for ch in name)
+        for t in graph.tensors:
+            quant = {} if t.quant is None else {"scale": t.quant.scale, "zero_point": t.quant.zero_point}
+            if t.data is not None:
+                ids[t.index] = mb.const(f"{prefix}/{t.name}", np.asarray(t.data), **quant)
+            elif t.index in graph.inputs:
+                ids[t.index] = mb.input(f"{prefix}/{t.name}", t.shape, t.dtype, **quant)
+            else:
+                ids[t.index] = mb.tensor(f"{prefix}/{t.name}", t.shape, t.dtype, is_variable=t.is_variable, **quant)
+        for n in graph.nodes:
+            mb.op(n.op, [ids[t] if t >= 0 else -1 for t in n.inputs], [ids[t] for t in n.outputs], version=n.version,
+                  custom_options=n.custom_options or None, **({} if n.custom else n.attrs))
+        mb.output(*(ids[t] for t in graph.outputs))
+    return mb.build()

@@ -6,9 +6,11 @@ from __future__ import annotations
 import numpy as np
 
 import gpu_delegate as gd
+from gpu_delegate import cli
 from gpu_delegate.summary import cpu_fallback_summary
 from gpu_delegate.tflite.writer import ModelBuilder
 
+from .parity_models import every_op_model
 from .reference import shared_delegate
 
 
@@ -61,3 +63,13 @@ def test_custom_ops_are_named_as_tflite_names_them():
     graph = gd.tflite.reader.read_model(mb.build(), "m").main
     text = cpu_fallback_summary(graph, {0: "gl"}, {1: "op MyOwnOp has no GPU kernel"})
     assert "CUSTOM MyOwnOp: op MyOwnOp has no GPU kernel (node 1)" in text
+
+
+def test_inspect_shows_every_op_of_the_issue_on_the_gpu(backend, tmp_path, capsys):
+    """`gpu-delegate inspect` on one graph holding every op of issue 16: all on the GPU, one partition."""
+    path = tmp_path / "every_op.tflite"
+    path.write_bytes(every_op_model())
+    assert cli.main(["inspect", str(path), f"--gpu_backend={backend}"]) == 0
+    out = capsys.readouterr().out
+    nodes = len(gd.tflite.reader.read_model(path.read_bytes(), "m").main.nodes)
+    assert f"Placement: {backend}: {nodes}; 1 delegated partition" in out
