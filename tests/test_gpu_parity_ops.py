@@ -1,5 +1,6 @@
 """Issue 16's ops on the GPU against LiteRT, on cl and gl in fp32 and fp16 storage: GATHER with run-time indices,
-ONE_HOT, CUMSUM (float and int32, every axis, exclusive and reverse), odd channel counts and batch > 1."""
+ONE_HOT, CUMSUM (float and int32, every axis, exclusive and reverse) and RELU_0_TO_1, odd channel counts and
+batch > 1."""
 
 from __future__ import annotations
 
@@ -76,3 +77,10 @@ def test_cumsum(backend, fp16, shape, axis, exclusive, reverse):
         x = rng.standard_normal(shape).astype(np.float32) if dtype == np.float32 else \
             rng.integers(-30000, 30000, shape).astype(np.int32)
         expect(content, [x], backend, fp16, rel=1e-2 if fp16 else 1e-5)
+
+
+@pytest.mark.parametrize("fp16", FP)
+def test_relu_0_to_1(backend, fp16):
+    shape = (2, 3, 5, 7)
+    content = one("RELU_0_TO_1", [(shape, np.float32)], shape)
+    expect(content, [(rng.standard_normal(shape) * 2).astype(np.float32)], backend, fp16)
