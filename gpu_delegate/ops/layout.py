@@ -15,7 +15,7 @@ depth_to_space.dialect and space_to_depth.dialect; SHAPE and ONE_HOT produce int
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -212,7 +212,7 @@ def _lower_concat(ctx: LowerContext, node: Node, parts: list[tuple[int, BHWC]], 
         ctx.kernel("concat", inputs, {out: dst}, consts, defines, grid=ctx.grid(dst), helpers=helpers)
 
 
-def _chain(values: dict[int, object]) -> str:
+def _chain(values: Mapping[int, object]) -> str:
     """A macro body picking ``values[k]`` by the part number k (the last one where k matches none)."""
     keys = sorted(values)
     text = str(values[keys[-1]])
