@@ -16,7 +16,7 @@ from .dtypes import GPU_EXACT_INT, GPU_HELD_AS_FLOAT
 from .errors import KERNEL_FAULTS, DelegateError, ModelError
 from .graph import FOLDED_ON_CONSTANTS, Graph, Node
 from .ops import get_op
-from .ops.base import run_node
+from .ops.base import run_node, shape_arithmetic
 from .phwc4 import bhwc, collapse, slices, vec4_count
 from .runner import PlanRunner
 
@@ -112,6 +112,8 @@ class GpuDelegate(SimpleDelegate):
                     op.gpu_ints and tensor.dtype in GPU_HELD_AS_FLOAT and tensor.quant is None):
                 held = f"; {node.op} takes none on the GPU" if tensor.dtype in GPU_HELD_AS_FLOAT else ""
                 return f"tensor {tensor.name!r} is {tensor.dtype}; the GPU path computes in float{held}"
+            elif tensor.dtype in GPU_HELD_AS_FLOAT and shape_arithmetic(graph, t):
+                return f"tensor {tensor.name!r} is computed from tensor shapes, which stays on the CPU"
         try:
             verdict = op.gpu_support(node, graph)
         except (ModelError, *KERNEL_FAULTS) as e:

@@ -86,3 +86,30 @@ def test_int32_inputs_beyond_float_exactness_run_on_the_cpu(backend):
               rng.integers(-9, 9, shape).astype(np.int32)]
     it = gd.Interpreter(model_content=content, experimental_delegates=[shared_delegate(backend)])
     np.testing.assert_array_equal(run(it, inputs)[0], run_litert(content, inputs)[0])
+
+
+def test_shape_arithmetic_stays_on_the_cpu(backend):
+    """int32 computed from SHAPE (slices, joins of it) is the interpreter's shape work: it stays on the CPU rather
+    than move into a GPU partition; the data ops after it run on the GPU."""
+    mb = ModelBuilder()
+    x = mb.input("x", (2, 3, 4, 5))
+    s = mb.tensor("s", (4,), np.int32)
+    mb.op("SHAPE", [x], [s], out_type=2)  # INT32
+    head = mb.tensor("head", (2,), np.int32)
+    mb.op("STRIDED_SLICE", [s, *(mb.const(n, np.array([v], np.int32)) for n, v in (("b", 0), ("e", 2), ("st", 1)))],
+          [head])
+    new_shape = mb.tensor("new_shape", (3,), np.int32)
+    mb.op("CONCATENATION", [head, mb.const("rest", np.array([-1], np.int32))], [new_shape], axis=0)
+    y = mb.tensor("y", (2, 3, 20))
+    mb.op("RESHAPE", [x, new_shape], [y])
+    big = mb.tensor("big", (2, 3, 20), np.bool_)
+    mb.op("GREATER", [y, mb.const("zero", np.float32(0))], [big])
+    mb.output(big)
+    content = mb.build()
+    it = gd.Interpreter(model_content=content, experimental_delegates=[shared_delegate(backend)])
+    where = {d["op_name"]: d["backend"] for d in it.get_ops_details()}
+    assert where == {"SHAPE": "cpu", "STRIDED_SLICE": "cpu", "CONCATENATION": "cpu", "RESHAPE": "cpu",
+                     "GREATER": backend}
+    assert "computed from tensor shapes" in it.cpu_reasons()[1]
+    x_value = np.random.default_rng(2).standard_normal((2, 3, 4, 5)).astype(np.float32)
+    np.testing.assert_array_equal(run(it, [x_value])[0], run_litert(content, [x_value])[0])

@@ -139,6 +139,36 @@ def broadcast_shape(a: tuple[int, ...], b: tuple[int, ...], node: Node) -> tuple
         raise ModelError(f"{node}: shapes {list(a)} and {list(b)} do not broadcast") from None
 
 
+def shape_arithmetic(graph: Graph, t: int) -> bool:
+    """Whether tensor ``t`` is computed from tensor shapes and constants alone (SHAPE, then slicing, packing,
+    arithmetic on its int32 result): values the interpreter works out on the CPU, which the GPU path leaves
+    there, so they neither split a partition nor wait on a device round trip."""
+    known: dict[int, bool] = graph.__dict__.setdefault("_shape_arithmetic", {})
+    producers = graph.producers()
+    pending = [t]
+    while pending:
+        u = pending[-1]
+        if u in known:
+            pending.pop()
+            continue
+        if u < 0 or graph.tensors[u].data is not None:
+            known[u] = True
+        elif u not in producers:
+            known[u] = False  # a graph input or a variable
+        else:
+            node = graph.nodes[producers[u]]
+            if node.op == "SHAPE":
+                known[u] = True
+            else:
+                todo = [v for v in node.inputs if v not in known]
+                if todo:
+                    pending.extend(todo)
+                    continue
+                known[u] = all(known[v] for v in node.inputs)
+        pending.pop()
+    return known[t]
+
+
 def with_const(node: Node, graph: Graph, i: int, tag: str, make: Callable[[], T]) -> T:
     """make(), memoized on the graph when input i does not change between invokes (weights, nearly always)."""
     if graph.constant_like(node.inputs[i] if i < len(node.inputs) else -1):
