@@ -256,7 +256,7 @@ class GpuKernel(DelegateKernel):
         for t in self.inputs:
             x = tensors[t]
             tensor = graph.tensors[t]
-            if x.dtype == np.int32 and x.size and int(np.abs(x).max()) > GPU_EXACT_INT:
+            if x.dtype == np.int32 and x.size and (x.min() < -GPU_EXACT_INT or x.max() > GPU_EXACT_INT):
                 # int32 lanes are float32 on the device: exact to 2**24 only, so this invoke runs on the CPU
                 log.warning("GpuDelegate: tensor %r holds int32 values beyond 2**24; nodes %s run on the CPU this "
                             "invoke", tensor.name, _span(self.nodes))

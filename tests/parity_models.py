@@ -13,8 +13,11 @@ from collections.abc import Callable
 import numpy as np
 from flatbuffers import flexbuffers
 
+import gpu_delegate as gd
+from gpu_delegate.tflite.reader import read_model
 from gpu_delegate.tflite.writer import ModelBuilder
 
+from .reference import run, shared_delegate
 from .test_ops_lstm_cells import lstm_basic_model, lstm_full_model
 
 Model = tuple[bytes, list[np.ndarray]]
@@ -191,10 +194,6 @@ def _pool_argmax() -> Model:
 
 def run_gpu(content: bytes, inputs: list[np.ndarray], backend: str, fp16: bool = False) -> list[np.ndarray]:
     """Outputs of ``content`` on the GPU delegate; every node must have run on ``backend``."""
-    import gpu_delegate as gd
-
-    from .reference import run, shared_delegate
-
     it = gd.Interpreter(model_content=content, experimental_delegates=[shared_delegate(backend, fp16)])
     outs = run(it, inputs)
     for d in it.get_ops_details():
@@ -206,8 +205,6 @@ def run_gpu(content: bytes, inputs: list[np.ndarray], backend: str, fp16: bool =
 def every_op_model() -> bytes:
     """Every model of MODELS side by side in one graph (their tensors renamed apart): what ``gpu-delegate inspect``
     shows wholly on the GPU."""
-    from gpu_delegate.tflite.reader import read_model
-
     mb = ModelBuilder()
     for name, make in MODELS.items():
         graph = read_model(make()[0], name).main
