@@ -228,6 +228,8 @@ def plan_to_json(plan: Plan) -> dict[str, Any]:
         "aliases": [[a, b] for a, b in plan.aliases.items()],
         "buffer_of": [[a, b] for a, b in plan.buffer_of.items()],
         "buffer_sizes": plan.buffer_sizes, "nodes": plan.nodes, "notes": plan.notes, "tuned": plan.tuned,
+        "fp32_tensors": sorted(plan.fp32_tensors), "fp32_consts": sorted(plan.fp32_consts),
+        "buffer_fp32": plan.buffer_fp32, "state_updates": [[a, b] for a, b in plan.state_updates.items()],
     }
 
 
@@ -246,7 +248,10 @@ def plan_from_json(d: dict[str, Any], blobs: dict[str, bytes]) -> Plan:
     return Plan(tensors={int(t): tuple(s) for t, s in d["tensors"]}, consts=consts, kernels=kernels,
                 inputs=list(d["inputs"]), outputs=list(d["outputs"]), aliases={int(a): int(b) for a, b in d["aliases"]},
                 buffer_of={int(a): int(b) for a, b in d["buffer_of"]}, buffer_sizes=list(d["buffer_sizes"]),
-                nodes=list(d["nodes"]), notes=list(d["notes"]), tuned=bool(d["tuned"]))
+                nodes=list(d["nodes"]), notes=list(d["notes"]), tuned=bool(d["tuned"]),
+                fp32_tensors={int(t) for t in d["fp32_tensors"]}, fp32_consts=set(d["fp32_consts"]),
+                buffer_fp32=[bool(f) for f in d["buffer_fp32"]],
+                state_updates={int(a): int(b) for a, b in d["state_updates"]})
 
 
 def fingerprint(parts: list[Any]) -> str:

@@ -56,5 +56,11 @@ C_API_TO_SCHEMA: dict[int, int] = {
 }
 
 
+# Non-float types the GPU path holds as float lanes, for the ops that declare it exact (Op.gpu_ints): bool as
+# 0.0 / 1.0, int32 as its value in float32 storage whatever the delegate's precision (exact up to 2**24).
+GPU_HELD_AS_FLOAT = (np.dtype(np.bool_), np.dtype(np.int32))
+GPU_EXACT_INT = 1 << 24
+
+
 def is_quantized_int(dtype: np.dtype) -> bool:
     return dtype in (np.dtype(np.int8), np.dtype(np.uint8), np.dtype(np.int16))

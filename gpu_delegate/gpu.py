@@ -12,11 +12,12 @@ from . import backends
 from .cache import Cache
 from .cpu.quant import dequantize, quantize
 from .delegate import DelegateKernel, SimpleDelegate
+from .dtypes import GPU_EXACT_INT, GPU_HELD_AS_FLOAT
 from .errors import MODEL_FAULTS, DelegateError, ModelError
 from .graph import FOLDED_ON_CONSTANTS, Graph, Node
 from .ops import get_op
-from .ops.base import run_node
-from .phwc4 import bhwc, slices, vec4_count
+from .ops.base import run_node, shape_arithmetic
+from .phwc4 import bhwc, collapse, slices, vec4_count
 from .runner import KernelTiming, PlanRunner
 
 log = logging.getLogger("gpu_delegate")
@@ -103,7 +104,7 @@ class GpuDelegate(SimpleDelegate):
                 return f"tensor {tensor.name!r} is too large for the device: {too_big}"
             if tensor.data is not None:
                 continue
-            if len(tensor.shape) > MAX_RANK:
+            if len(collapse(tensor.shape)) > MAX_RANK or (len(tensor.shape) > MAX_RANK and not op.gpu_rank5):
                 return f"tensor {tensor.name!r} has rank {len(tensor.shape)}, the GPU path takes at most {MAX_RANK}"
             if tensor.dtype.kind in "iu" and tensor.quant is not None and tensor.dtype.itemsize == 1:
                 if not self.enable_quantized_inference:
@@ -114,8 +115,12 @@ class GpuDelegate(SimpleDelegate):
                 info = np.iinfo(tensor.dtype)
                 if not info.min <= zero <= info.max:
                     return f"tensor {tensor.name!r} has a zero point {zero} outside {tensor.dtype}"
-            elif tensor.dtype not in (np.float32, np.float16):
-                return f"tensor {tensor.name!r} is {tensor.dtype}; the GPU path computes in float"
+            elif tensor.dtype not in (np.float32, np.float16) and not (
+                    op.gpu_ints and tensor.dtype in GPU_HELD_AS_FLOAT and tensor.quant is None):
+                held = f"; {node.op} takes none on the GPU" if tensor.dtype in GPU_HELD_AS_FLOAT else ""
+                return f"tensor {tensor.name!r} is {tensor.dtype}; the GPU path computes in float{held}"
+            elif tensor.dtype in GPU_HELD_AS_FLOAT and shape_arithmetic(graph, t):
+                return f"tensor {tensor.name!r} is computed from tensor shapes, which stays on the CPU"
         try:
             verdict = op.gpu_support(node, graph)
         except MODEL_FAULTS as e:
@@ -129,6 +134,7 @@ class GpuDelegate(SimpleDelegate):
         buffer may hold, or a dispatch grid (W, H, B * slices, one work item per vec4 in the worst case)
         beyond the device's limit. Checked before anything is allocated, so such a node runs on the CPU
         instead of failing in the middle of preparing the GPU partition."""
+        shape = collapse(shape)
         if len(shape) > MAX_RANK or any(d < 0 for d in shape):
             return ""
         info = self.backend.device_info()
@@ -200,7 +206,7 @@ class GpuKernel(DelegateKernel):
         self.free()  # the old plan's buffers go before the new ones are allocated
         computed = [t for t in shapes if self.graph.tensors[t].data is None]
         empty = [t for t in computed if 0 in shapes[t]]
-        deep = [t for t in computed if len(shapes[t]) > MAX_RANK]
+        deep = [t for t in computed if len(collapse(shapes[t])) > MAX_RANK]
         if empty:
             self._fall_back(f"tensor {empty[0]} has no elements (shape {list(shapes[empty[0]])})")
         elif deep:
@@ -257,6 +263,12 @@ class GpuKernel(DelegateKernel):
         for t in self.inputs:
             x = tensors[t]
             tensor = graph.tensors[t]
+            if x.dtype == np.int32 and x.size and (x.min() < -GPU_EXACT_INT or x.max() > GPU_EXACT_INT):
+                # int32 lanes are float32 on the device: exact to 2**24 only, so this invoke runs on the CPU
+                log.warning("GpuDelegate: tensor %r holds int32 values beyond 2**24; nodes %s run on the CPU this "
+                            "invoke", tensor.name, _span(self.nodes))
+                self._invoke_cpu(tensors)
+                return
             if tensor.quant is not None and x.dtype.kind in "iu":
                 if x.dtype in (np.int8, np.uint8) and not tensor.quant.per_channel:
                     codes[t] = tensor.quant.scalar()  # dequantized on the device
@@ -274,7 +286,17 @@ class GpuKernel(DelegateKernel):
             if tensor.quant is not None and tensor.dtype.kind in "iu":
                 s, z = tensor.quant.scalar()
                 y = quantize(y, s, z, tensor.dtype)
+            elif tensor.dtype == np.bool_:
+                y = y != 0
+            elif tensor.dtype == np.int32:
+                y = np.rint(y)
             tensors[t] = y.astype(tensor.dtype, copy=False).reshape(tensor.shape)
+        for var, t in self.runner.plan.state_updates.items():  # state the nodes update in place (LSTM)
+            state = tensors[var]
+            if state.flags.writeable:
+                np.copyto(state, results[t].reshape(state.shape), casting="unsafe")
+            else:
+                tensors[var] = results[t].astype(state.dtype).reshape(state.shape)
 
     def _invoke_cpu(self, tensors) -> None:
         """The partition's nodes on the CPU kernels, in order (the fallback)."""

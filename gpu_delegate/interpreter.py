@@ -6,6 +6,7 @@ Its surface follows ``tf.lite.Interpreter`` / ``ai_edge_litert.interpreter.Inter
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import weakref
@@ -20,9 +21,12 @@ from .delegate import SimpleDelegate
 from .errors import ModelError, ShapeError
 from .executor import Delegated, ModelRun, ProfileEvent, SubgraphRun
 from .graph import Graph, Model, Signature, Tensor
+from .summary import cpu_fallback_summary
 from .tflite.reader import read_model
 
 __all__ = ["Interpreter", "ProfileEvent", "SignatureRunner"]
+
+log = logging.getLogger("gpu_delegate")
 
 
 class Interpreter:
@@ -69,7 +73,12 @@ class Interpreter:
             try:
                 sub.plan()
             except ShapeError:
-                pass  # shapes that do not fit are allocate_tensors' to report, as in LiteRT (it plans again)
+                continue  # shapes that do not fit are allocate_tensors' to report, as in LiteRT (it plans again)
+            if delegates:  # once per model, as TFLite's GPU delegate says it: what stays on the CPU, and why
+                summary = cpu_fallback_summary(sub.graph, sub.backend_of, sub.why_cpu)
+                if summary:
+                    where = "" if sub.graph.index == 0 else f" (subgraph {sub.graph.index})"
+                    log.warning("%s%s:\n%s", source, where, summary)
 
     @property
     def _main(self) -> SubgraphRun:

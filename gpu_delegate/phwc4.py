@@ -17,6 +17,15 @@ def slices(channels: int) -> int:
     return (channels + 3) // 4
 
 
+def collapse(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """``shape`` without the leading 1s that take it beyond rank 4: a rank-5 tensor of batch 1 is rank 4 in
+    disguise (Keras 3's nearest UpSampling2D goes through one), stored as that rank-4 tensor."""
+    shape = tuple(shape)
+    while len(shape) > 4 and shape[0] == 1:
+        shape = shape[1:]
+    return shape
+
+
 def bhwc(shape: tuple[int, ...]) -> BHWC:
     """A tensor of rank <= 4 as BHWC, padding missing leading dimensions with 1."""
     if len(shape) > 4:

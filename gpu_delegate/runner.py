@@ -50,21 +50,27 @@ def kernel_spec(call: KernelCall, plan: Plan, precision: str,
     helpers = call.helpers + file_helpers
     args: list[Arg] = []
     binds: list[Bind] = []
+    def tensor_storage(t: int) -> str:
+        return plan.tensor_precision(t, precision)
+
+    def const_storage(key: str) -> str:
+        return "fp32" if key in plan.fp32_consts else precision
+
     for name, t in call.inputs.items():
-        args.append(Arg(name, "in", plan.tensors[t]))
+        args.append(Arg(name, "in", plan.tensors[t], tensor_storage(t)))
         binds.append(("t", t))
     for name, t in call.outputs.items():
-        args.append(Arg(name, "out", plan.tensors[t]))
+        args.append(Arg(name, "out", plan.tensors[t], tensor_storage(t)))
         binds.append(("t", t))
     for name, key in call.consts.items():
-        args.append(Arg(name, "const"))
+        args.append(Arg(name, "const", precision=const_storage(key)))
         binds.append(("c", key))
     for k, p in enumerate(call.postops):
         if isinstance(p.source, str):
-            args.append(Arg(f"p{k}", "const"))
+            args.append(Arg(f"p{k}", "const", precision=const_storage(p.source)))
             binds.append(("c", p.source))
         elif p.source is not None:
-            args.append(Arg(f"p{k}", "in", plan.tensors[p.source]))
+            args.append(Arg(f"p{k}", "in", plan.tensors[p.source], tensor_storage(p.source)))
             binds.append(("t", p.source))
     postop_arg, wide = None, False
     if call.postops:
@@ -230,10 +236,11 @@ class PlanRunner:
 
     def allocate(self) -> None:
         backend, plan = self.backend, self.plan
-        for n in plan.buffer_sizes:
-            self.buffers.append(backend.alloc(n, self.precision))
+        for n, fp32 in zip(plan.buffer_sizes, plan.buffer_fp32):
+            self.buffers.append(backend.alloc(n, "fp32" if fp32 else self.precision))
         for key, rows in plan.consts.items():
-            buf = self.const_buffers[key] = backend.alloc(rows.shape[0], self.precision)
+            buf = self.const_buffers[key] = backend.alloc(rows.shape[0],
+                                                          "fp32" if key in plan.fp32_consts else self.precision)
             backend.upload(buf, rows)
         self.bind()
 

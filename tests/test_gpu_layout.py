@@ -227,5 +227,7 @@ def test_unsupported_nodes_say_why(backend):
     ], ["g", "p", "h", "k"])
     graph = read_model(content).main
     verdicts = [delegate(backend).is_node_supported(n, graph) for n in graph.nodes]
-    for verdict, words in zip(verdicts, ["batch_dims", "constant value", "int32", "at most 8"], strict=True):
+    for verdict, words in zip(verdicts[:2], ["batch_dims", "constant value"], strict=True):
         assert isinstance(verdict, str) and words in verdict, verdict
+    # run-time int32 indices and joins of more than 8 inputs run on the GPU since issue 16
+    assert verdicts[2:] == [True, True]

@@ -624,13 +624,13 @@ def test_a_malformed_node_is_refused_not_lowered(backend):
 
 
 def test_fp16_weights_after_a_cpu_node(backend):
-    """Found by the fuzzer on MobileNet fp16 / face detection: an op the GPU lacks (CUMSUM) before a conv whose
-    fp16 weights go through DEQUANTIZE. The conv must run on the GPU with its weights folded."""
+    """Found by the fuzzer on MobileNet fp16 / face detection: an op the GPU lacks (then CUMSUM, now ATAN2) before
+    a conv whose fp16 weights go through DEQUANTIZE. The conv must run on the GPU with its weights folded."""
     rng = np.random.default_rng(18)
     mb = ModelBuilder()
     x = mb.input("x", [1, 8, 8, 4])
     c = mb.tensor("c", [1, 8, 8, 4])
-    mb.op("CUMSUM", [x, mb.const("ax", np.array(3, np.int32))], [c])
+    mb.op("ATAN2", [x, mb.const("ones", np.ones([1, 8, 8, 4], np.float32))], [c])
     w = mb.tensor("w", [6, 3, 3, 4])
     mb.op("DEQUANTIZE", [mb.const("w16", rng.standard_normal((6, 3, 3, 4)).astype(np.float16))], [w])
     y = mb.tensor("y", [1, 8, 8, 6])

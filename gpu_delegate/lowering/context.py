@@ -43,6 +43,12 @@ class LowerContext:
         self.consts: dict[str, np.ndarray] = {}
         self.tensors: dict[int, BHWC] = {}
         self.node: Node | None = None  # the node being lowered: its output 0 carries the fused post-ops
+        # stored as float32 whatever the delegate's precision: scratch tensors and constants holding int32 values
+        self.fp32_tensors: set[int] = set()
+        self.fp32_consts: set[str] = set()
+        self._next_scratch = len(self.graph.tensors)
+        # variable tensor -> the plan tensor holding its value after an invoke (an LSTM's states)
+        self.state_updates: dict[int, int] = {}
 
     # -- what an op reads ---------------------------------------------------------------------------------
     def input(self, node: Node, k: int) -> int:
@@ -103,22 +109,51 @@ class LowerContext:
         return top, left
 
     # -- constants ------------------------------------------------------------------------------------------
-    def const(self, key: str, make: Callable[[], np.ndarray]) -> str:
-        """Register a constant buffer (float32 rows of 4) once under ``key``; returns the key."""
+    def const(self, key: str, make: Callable[[], np.ndarray], fp32: bool = False) -> str:
+        """Register a constant buffer (float32 rows of 4) once under ``key``; returns the key. ``fp32``: stored
+        as float32 even where the delegate stores fp16 (integers beyond 2048)."""
         if key not in self.consts:
             rows = np.ascontiguousarray(make(), np.float32)
             if rows.ndim != 2 or rows.shape[1] != 4:
                 rows = rows.reshape(-1, 4)
             self.consts[key] = rows
+        if fp32:
+            self.fp32_consts.add(key)
         return key
 
     def const_tensor(self, prefix: str, t: int) -> str:
         """Constant tensor ``t`` as a PHWC4 const buffer (a kernel reads it as it would a tensor)."""
-        return self.const(f"{prefix}:{t}", lambda: to_rows(self.const_value(self._current(), t), self.bhwc(t)))
+        return self.const(f"{prefix}:{t}", lambda: to_rows(self.const_value(self._current(), t), self.bhwc(t)),
+                          fp32=self.holds_ints(t))
 
     def operand_const(self, t: int, mode: OperandMode) -> str:
         """A constant post-op operand, read in ``mode`` (postops.operand_mode)."""
-        return self.const(f"operand:{mode}:{t}", lambda: operand_rows(self.view, t, mode))
+        return self.const(f"operand:{mode}:{t}", lambda: operand_rows(self.view, t, mode), fp32=self.holds_ints(t))
+
+    def holds_ints(self, t: int) -> bool:
+        """Whether graph tensor ``t`` holds int32 values (kept in float32 storage on the device)."""
+        return 0 <= t < len(self.graph.tensors) and self.graph.tensors[t].dtype == np.int32
+
+    def update_state(self, variable: int, t: int) -> None:
+        """After each invoke, write plan tensor ``t`` into ``variable`` (an input of the node the graph updates in
+        place, as TFLite's LSTM does its state): the partition reads the variable at its start, as any input."""
+        self.state_updates[variable] = t
+
+    def keep_fp32(self, t: int) -> None:
+        """Store tensor ``t`` (as the node reads or writes it) in float32 whatever the delegate's precision: a
+        few values that many others depend on (a transform matrix)."""
+        self.fp32_tensors.add(self.view.final(t))
+
+    def scratch(self, shape: tuple[int, ...], fp32: bool = False) -> int:
+        """A new plan tensor of ``shape`` that no graph tensor stands for: an intermediate result of an op
+        lowered as several kernels. ``fp32``: stored as float32 whatever the delegate's precision."""
+        t = self._next_scratch
+        self._next_scratch += 1
+        self.view.shapes[t] = tuple(int(d) for d in shape)
+        self.tensors[t] = bhwc(self.view.shapes[t])
+        if fp32:
+            self.fp32_tensors.add(t)
+        return t
 
     # -- what an op emits ----------------------------------------------------------------------------------
     def kernel(self, name: str, inputs: dict[str, int], outputs: dict[str, int], consts: dict[str, str] | None = None,

@@ -30,11 +30,13 @@ def run(plan: Plan) -> PassResult:
     sizes = {t: vec4_count(plan.tensors[t]) for t in first_use}
     slots: list[list[tuple[int, int]]] = []
     plan.buffer_sizes = []
+    plan.buffer_fp32 = []
     plan.buffer_of = {}
     for t in sorted(first_use, key=lambda t: (-sizes[t], first_use[t])):
         lo, hi = first_use[t], last_use[t]
+        fp32 = t in plan.fp32_tensors  # a slot holds tensors of one storage type
         for i, intervals in enumerate(slots):
-            if all(hi < a or lo > b for a, b in intervals):
+            if plan.buffer_fp32[i] == fp32 and all(hi < a or lo > b for a, b in intervals):
                 intervals.append((lo, hi))
                 plan.buffer_sizes[i] = max(plan.buffer_sizes[i], sizes[t])
                 plan.buffer_of[t] = i
@@ -42,6 +44,7 @@ def run(plan: Plan) -> PassResult:
         else:
             slots.append([(lo, hi)])
             plan.buffer_sizes.append(sizes[t])
+            plan.buffer_fp32.append(fp32)
             plan.buffer_of[t] = len(slots) - 1
     for t in plan.aliases:
         plan.buffer_of[t] = plan.buffer_of.get(plan.storage(t), -1)

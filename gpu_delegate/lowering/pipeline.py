@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..graph import Graph
-from ..phwc4 import bhwc
+from ..phwc4 import bhwc, collapse
 from . import drop_reshape, emit, fold_constants, fuse_elementwise, memory, merge_pad
 from .context import GpuOp, LowerContext
 from .plan import Plan
@@ -14,17 +14,22 @@ def build_plan(graph: Graph, nodes: list[int], inputs: list[int], outputs: list[
                shapes: dict[int, tuple[int, ...]], ops: dict[int, GpuOp], quantized: bool = True,
                device_type: str = "gpu") -> Plan:
     """The plan of partition ``nodes``; ``ops`` gives each node's op class."""
-    view = PartitionView(graph, list(nodes), shapes, list(inputs), list(outputs), ops=dict(ops))
+    # rank-5 tensors of batch 1 are stored as their rank-4 selves (ops that take them: Op.gpu_rank5)
+    view = PartitionView(graph, list(nodes), {t: collapse(s) for t, s in shapes.items()}, list(inputs),
+                         list(outputs), ops=dict(ops))
     ctx = LowerContext(view, device_type)
     results: list[PassResult] = [fold_constants.run(view), drop_reshape.run(view), merge_pad.run(view),
                                  fuse_elementwise.run(view, quantized, ctx.operand_const), emit.run(view, ctx)]
     for t in inputs + outputs:
-        ctx.tensors.setdefault(t, bhwc(shapes[t]))
+        ctx.tensors.setdefault(t, bhwc(view.shapes[t]))
     for t, src in view.aliases.items():
-        ctx.tensors.setdefault(t, bhwc(shapes[t]))
-        ctx.tensors.setdefault(src, bhwc(shapes[src]))
-    plan = Plan(ctx.tensors, ctx.consts, ctx.kernels, list(inputs), list(outputs), dict(view.aliases),
-                nodes=list(nodes))
+        ctx.tensors.setdefault(t, bhwc(view.shapes[t]))
+        ctx.tensors.setdefault(src, bhwc(view.shapes[src]))
+    updated = [t for t in ctx.state_updates.values() if t not in outputs]  # downloaded like outputs
+    plan = Plan(ctx.tensors, ctx.consts, ctx.kernels, list(inputs), list(outputs) + updated, dict(view.aliases),
+                nodes=list(nodes), fp32_consts=set(ctx.fp32_consts), state_updates=dict(ctx.state_updates))
+    plan.fp32_tensors = {plan.storage(t) for t in ctx.tensors if ctx.holds_ints(t)} | \
+        {plan.storage(t) for t in ctx.fp32_tensors}
     results.append(memory.run(plan))
     plan.notes = [note for r in results if r.name != "emit" for note in r.applied]
     return plan

@@ -91,6 +91,16 @@ class Plan:
     nodes: list[int] = field(default_factory=list)  # graph nodes this plan covers
     notes: list[str] = field(default_factory=list)  # what the passes did
     tuned: bool = False  # work-group sizes were timed on the device (runner.PlanRunner.tune)
+    # stored as float32 whatever the delegate's precision (int32 values, exact to 2**24; fp16 is exact to 2048)
+    fp32_tensors: set[int] = field(default_factory=set)
+    fp32_consts: set[str] = field(default_factory=set)
+    buffer_fp32: list[bool] = field(default_factory=list)  # per buffer slot (memory plan)
+    # variable (graph) tensor -> plan tensor holding its new value after an invoke; those are in ``outputs``
+    state_updates: dict[int, int] = field(default_factory=dict)
+
+    def tensor_precision(self, t: int, precision: str) -> str:
+        """The storage of plan tensor ``t`` when the delegate stores ``precision``."""
+        return "fp32" if self.storage(t) in self.fp32_tensors else precision
 
     def storage(self, t: int) -> int:
         while t in self.aliases:

@@ -76,6 +76,12 @@ class Op:
     reads_shapes_only: ClassVar[bool] = False
     # The op needs the interpreter (other subgraphs, resource variables): it runs through run_in / infer_in.
     needs_runtime: ClassVar[bool] = False
+    # the GPU form is exact on bool and int32 tensors held as float lanes (dtypes.GPU_HELD_AS_FLOAT): comparisons,
+    # logic, selection and data movement; arithmetic whose integer meaning differs from float (DIV) is not
+    gpu_ints: ClassVar[bool] = False
+    # the lowering takes tensors of rank above 4 whose leading dimensions are 1 (phwc4.collapse): it reads every
+    # shape as the partition's collapsed rank-4 one and shifts rank-relative parameters (axes) to match
+    gpu_rank5: ClassVar[bool] = False
 
     @classmethod
     def check_version(cls, node: Node) -> None:
@@ -183,6 +189,36 @@ def broadcast_shape(a: tuple[int, ...], b: tuple[int, ...], node: Node) -> tuple
         return tuple(np.broadcast_shapes(a, b))
     except ValueError:
         raise ModelError(f"{node}: shapes {list(a)} and {list(b)} do not broadcast") from None
+
+
+def shape_arithmetic(graph: Graph, t: int) -> bool:
+    """Whether tensor ``t`` is computed from tensor shapes and constants alone (SHAPE, then slicing, packing,
+    arithmetic on its int32 result): values the interpreter works out on the CPU, which the GPU path leaves
+    there, so they neither split a partition nor wait on a device round trip."""
+    known: dict[int, bool] = graph.__dict__.setdefault("_shape_arithmetic", {})
+    producers = graph.producers()
+    pending = [t]
+    while pending:
+        u = pending[-1]
+        if u in known:
+            pending.pop()
+            continue
+        if u < 0 or graph.tensors[u].data is not None:
+            known[u] = True
+        elif u not in producers:
+            known[u] = False  # a graph input or a variable
+        else:
+            node = graph.nodes[producers[u]]
+            if node.op == "SHAPE":
+                known[u] = True
+            else:
+                todo = [v for v in node.inputs if v not in known]
+                if todo:
+                    pending.extend(todo)
+                    continue
+                known[u] = all(known[v] for v in node.inputs)
+        pending.pop()
+    return known[t]
 
 
 def with_const(node: Node, graph: Graph, i: int, tag: str, make: Callable[[], T]) -> T:

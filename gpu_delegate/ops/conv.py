@@ -746,13 +746,39 @@ def emit_conv(ctx: LowerContext, node: Node, src: int, dst: int, bias: int, w_ke
 def lower_conv2d(node: Node, ctx: LowerContext) -> None:
     src, wt, bias, dst = ctx.input(node, 0), ctx.input(node, 1), ctx.input(node, 2), ctx.output(node)
     xs = ctx.shape(src)
-    o, kh, kw, cg = ctx.const_value(node, wt).shape
+    o, kh, kw, cg = ctx.shape(wt)
     _, sh, sw, dh, dw = window_attrs(node)
     groups = xs[3] // cg
     pads = ctx.padding(node, (xs[1], xs[2]), (kh, kw), (sh, sw), (dh, dw))
+    if not ctx.is_const(wt) or (bias >= 0 and not ctx.is_const(bias)) or groups > MAX_GPU_GROUPS:
+        lower_conv2d_grouped(node, ctx, groups, pads)
+        return
     emit_conv(ctx, node, src, dst, bias, f"conv_w:{wt}:{groups}",
               lambda: dense_filter(ctx.const_value(node, wt), groups), (kh, kw), (sh, sw), (dh, dw), pads,
               activation(node))
+
+
+def lower_conv2d_grouped(node: Node, ctx: LowerContext, groups: int, pads: tuple[int, int]) -> None:
+    """kernels/dialect/conv2d_grouped.dialect: the filter (and bias) read as they are, from a tensor computed at
+    run time or a constant; each group's input channels only."""
+    src, wt, bias, dst = ctx.input(node, 0), ctx.input(node, 1), ctx.input(node, 2), ctx.output(node)
+    o, kh, kw, cg = ctx.shape(wt)
+    _, sh, sw, dh, dw = window_attrs(node)
+    inputs, consts = {"src": src}, {}
+    if ctx.is_const(wt):
+        consts["w"] = ctx.const_tensor("conv_w_grouped", wt)
+    else:
+        inputs["w"] = wt
+    if bias >= 0 and ctx.is_const(bias):
+        consts["bias"] = ctx.const(f"conv_bias:{bias}:{slices(o)}",
+                                   lambda: channel_rows(ctx.const_value(node, bias), slices(o)))
+    elif bias >= 0:
+        inputs["bias"] = bias
+    defines: Defines = {"KH": kh, "KW": kw, "SH": sh, "SW": sw, "DH": dh, "DW": dw, "PT": pads[0], "PL": pads[1],
+                        "CG": cg, "OG": o // groups, "W_S": slices(cg), "ALIGNED": cg % 4 == 0,
+                        "HAS_BIAS": bias >= 0}
+    ctx.fuse_activation(node)
+    ctx.kernel("conv2d_grouped", inputs, {"dst": dst}, consts, defines, grid=ctx.grid(dst))
 
 
 def lower_depthwise(node: Node, ctx: LowerContext) -> None:
@@ -837,17 +863,19 @@ def lower_batch_matmul(node: Node, ctx: LowerContext) -> None:
     ctx.kernel("batch_matmul", inputs, {"dst": dst}, consts, defines, (ow, oh, ob * slices(oc)))
 
 
-MAX_GPU_GROUPS = 8  # a grouped filter runs as a dense one: groups times the work
+MAX_GPU_GROUPS = 8  # up to this many groups a filter runs as a dense one (groups times the work, faster kernels)
 
 
 def conv2d_gpu_support(node: Node, graph: Graph) -> bool | str:
-    verdict = gpu_check(Conv2D, node, graph, {1: "filter", 2: "bias"})
+    """Constant filters of up to MAX_GPU_GROUPS groups run dense (conv2d.dialect); filters or biases computed at
+    run time, and more groups, run on conv2d_grouped.dialect."""
+    verdict = gpu_check(Conv2D, node, graph, {})
     if verdict is not True:
         return verdict
-    groups = graph.tensors[node.inputs[0]].shape[3] // graph.tensors[node.inputs[1]].shape[3]
-    if groups > MAX_GPU_GROUPS:
-        return (f"a convolution of {groups} groups (the GPU runs a grouped filter as a dense one, {groups} times "
-                f"the work; at most {MAX_GPU_GROUPS} groups)")
+    for i in (1, 2):
+        t = node.inputs[i] if i < len(node.inputs) else -1
+        if t >= 0 and len(graph.tensors[t].shape) != (4 if i == 1 else 1):
+            return f"input {i} has shape {list(graph.tensors[t].shape)}"
     return True
 
 

@@ -43,6 +43,7 @@ from ..cpu.elementwise import (
     truncate_divide,
 )
 from ..cpu.quant import activation_range, dequantize, dtype_range, quantize, quantize_multiplier
+from ..dtypes import GPU_HELD_AS_FLOAT
 from ..errors import ModelError
 from ..graph import ACT_NONE, ACT_RELU6, Graph, Node, Tensor
 from ..lowering.context import LowerContext
@@ -135,10 +136,17 @@ def _pow_expr() -> str:
     return f"SELECT4(SELECT4({p}, {negative}, LT4(a, {_f(0)})), {_f(1)}, EQ4(b, {_f(0)}))"
 
 
+def _not_all_const(node: Node, graph: Graph) -> bool | str:
+    if all(graph.tensors[t].is_const for t in node.inputs):
+        return "every input is a constant"
+    return True
+
+
 # -- unary ----------------------------------------------------------------------------------------------
 
 class _Unary(Op):
     ints: ClassVar[bool] = False  # also computes plain (non-quantized) integer tensors
+    gpu_rank5 = True  # an elementwise lowering reads only BHWC shapes
     expr: ClassVar[str] = ""  # the GPU form: a dialect expression over FLT4 a
 
     @classmethod
@@ -419,6 +427,15 @@ class LogicalNot(Op):
     def run_cpu(node: Node, graph: Graph, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
         return [np.logical_not(required(node, inputs, 0))]
 
+    gpu_ints = True
+    gpu_support = staticmethod(_not_all_const)
+
+    @staticmethod
+    def gpu_expr(node: Node, graph: Graph) -> str | None:
+        return "SPLAT(1.0f) - a"
+
+    lower = staticmethod(lower_elementwise)
+
 
 @register
 class Cast(Op):
@@ -447,16 +464,24 @@ class Cast(Op):
         with np.errstate(invalid="ignore"):
             return [x.astype(out)]
 
+    gpu_ints = True
+
     @staticmethod
     def gpu_support(node: Node, graph: Graph) -> bool | str:
         x, y = graph.tensors[node.inputs[0]], graph.tensors[node.outputs[0]]
-        if x.dtype.kind != "f" or y.dtype.kind != "f":
-            return (f"CAST from {x.type_name or x.dtype} to {y.type_name or y.dtype}: only float to float runs on "
-                    "the GPU")
-        return True
+        for t in (x, y):
+            if not (t.dtype.kind == "f" or t.dtype in GPU_HELD_AS_FLOAT) or is_quantized(t):
+                return (f"CAST from {x.type_name or x.dtype} to {y.type_name or y.dtype}: the GPU casts between "
+                        "float, int32 and bool")
+        return _not_all_const(node, graph)
 
     @staticmethod
     def gpu_expr(node: Node, graph: Graph) -> str | None:
+        x, y = graph.tensors[node.inputs[0]], graph.tensors[node.outputs[0]]
+        if y.dtype == np.bool_:
+            return "NE4(a, SPLAT(0.0f))"
+        if y.dtype == np.int32 and x.dtype.kind == "f":
+            return "trunc(a)"  # C's float -> int conversion (values out of int32's range are undefined there too)
         return "a"
 
     lower = staticmethod(lower_elementwise)
@@ -465,6 +490,7 @@ class Cast(Op):
 # -- binary ---------------------------------------------------------------------------------------------
 
 class _Binary(Op):
+    gpu_rank5 = True  # numpy broadcasting aligns shapes on the right: dropping leading 1s keeps its meaning
     ints: ClassVar[bool] = True  # plain integer tensors allowed
     quantized: ClassVar[bool] = True
     floats: ClassVar[bool] = True
@@ -539,12 +565,6 @@ class _Binary(Op):
         if cls.fused:
             y = fused_clamp(y, node.attrs.get(_ACT, 0))
         return quantize(y, *quant_of(node, ty).scalar(), ty.dtype)
-
-
-def _not_all_const(node: Node, graph: Graph) -> bool | str:
-    if all(graph.tensors[t].is_const for t in node.inputs):
-        return "every input is a constant"
-    return True
 
 
 def _act_range(node: Node, ty: Tensor) -> tuple[int, int]:
@@ -683,7 +703,17 @@ class FloorMod(_Binary):
 
 
 class _Compare(_Binary):
-    to_bool, bools = True, True
+    """On the GPU a bool is a float lane of 1.0 or 0.0: a comparison is one per-lane dialect compare."""
+
+    to_bool, bools, gpu_ints = True, True, True
+
+    @classmethod
+    def gpu_support(cls, node: Node, graph: Graph) -> bool | str:
+        a, b = (graph.tensors[t] for t in node.inputs)
+        if is_quantized(a) and quant_of(node, a).scalar() != quant_of(node, b).scalar():
+            # TFLite rescales both to a common fixed-point grid; the dequantized floats can tie differently
+            return f"{node.op} of quantized tensors with different scales runs on the CPU"
+        return super().gpu_support(node, graph)
 
     @classmethod
     def run_quantized(cls, node: Node, a: np.ndarray, b: np.ndarray, qa: tuple[float, int], qb: tuple[float, int],
@@ -698,52 +728,60 @@ class _Compare(_Binary):
 @register
 class Equal(_Compare):
     name = "EQUAL"
+    expr = "EQ4(a, b)"
     compute = staticmethod(_binary(np.equal))
 
 
 @register
 class NotEqual(_Compare):
     name = "NOT_EQUAL"
+    expr = "NE4(a, b)"
     compute = staticmethod(_binary(np.not_equal))
 
 
 @register
 class Greater(_Compare):
     name, bools = "GREATER", False
+    expr = "GT4(a, b)"
     compute = staticmethod(_binary(np.greater))
 
 
 @register
 class GreaterEqual(_Compare):
     name, bools = "GREATER_EQUAL", False
+    expr = "GE4(a, b)"
     compute = staticmethod(_binary(np.greater_equal))
 
 
 @register
 class Less(_Compare):
     name, bools = "LESS", False
+    expr = "LT4(a, b)"
     compute = staticmethod(_binary(np.less))
 
 
 @register
 class LessEqual(_Compare):
     name, bools = "LESS_EQUAL", False
+    expr = "LE4(a, b)"
     compute = staticmethod(_binary(np.less_equal))
 
 
 class _Logical(_Binary):
-    ints, quantized, floats, bools = False, False, False, True
+    ints, quantized, floats, bools, gpu_ints = False, False, False, True, True
 
 
 @register
 class LogicalAnd(_Logical):
     name = "LOGICAL_AND"
+    expr = "a * b"
     compute = staticmethod(_binary(np.logical_and))
 
 
 @register
 class LogicalOr(_Logical):
     name = "LOGICAL_OR"
+    expr = "max(a, b)"
     compute = staticmethod(_binary(np.logical_or))
 
 
@@ -856,6 +894,28 @@ class AddN(Op):
             ctx.kernel("add_n", tensors, {arg: out}, consts, grid=grid, helpers=helpers)
 
 
+def _select_view(node: Node, ctx: LowerContext, k: int) -> int | None:
+    """SELECT's vector condition picks whole rows along x's first dimension: that dimension's BHWC index (the
+    condition is read at that coordinate); None where the operand broadcasts like numpy's."""
+    shape, out = ctx.shape(ctx.input(node, k)), ctx.shape(node.outputs[0])
+    if node.op == "SELECT" and k == 0 and len(shape) == 1 and len(out) > 1:
+        return 4 - len(out)
+    return None
+
+
+def _fetch(arg: str, shape: tuple[int, int, int, int], row_dim: int | None) -> str:
+    """``FLT4 fetch_<arg>(b, y, x, s)``: operand ``arg`` of BHWC ``shape`` at a dst position, broadcast (numpy's
+    rules, a single channel across the lanes), or, with ``row_dim``, the vector element at that dst coordinate."""
+    b, h, w, c = shape
+    head = f"FLT4 fetch_{arg}(int b, int y, int x, int s BUFS_DECL) {{\n"
+    if row_dim is not None:
+        k = "byx"[row_dim]
+        return head + f"  return SPLAT(LANE({arg}_read({k} / 4), {k} % 4));\n}}\n"
+    index = f"(((b % {b}) * {slices(c)} + {'0' if c == 1 else 's'}) * {h} + (y % {h})) * {w} + (x % {w})"
+    value = f"{arg}_read({index})"
+    return head + f"  return {f'SPLAT({value}.x)' if c == 1 else value};\n}}\n"
+
+
 @register
 class SelectV2(Op):
     """condition ? x : y with numpy broadcasting of all three."""
@@ -883,6 +943,31 @@ class SelectV2(Op):
     def run_cpu(node: Node, graph: Graph, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
         c, x, y = all_required(node, inputs)
         return [np.where(c, x, y)]
+
+    gpu_ints = True
+
+    @staticmethod
+    def gpu_support(node: Node, graph: Graph) -> bool | str:
+        if any(len(graph.tensors[t].shape) > 4 for t in node.inputs):
+            return "an operand has rank above 4"
+        return _not_all_const(node, graph)
+
+    @staticmethod
+    def lower(node: Node, graph: Graph, ctx: LowerContext) -> None:
+        """kernels/dialect/where.dialect (OpenCL reserves the name select), each operand read through a generated
+        fetch function."""
+        dst = ctx.output(node)
+        inputs: dict[str, int] = {}
+        consts: dict[str, str] = {}
+        helpers = ""
+        for arg, k in (("c", 0), ("x", 1), ("y", 2)):
+            t = ctx.input(node, k)
+            if ctx.is_const(t):
+                consts[arg] = ctx.const_tensor("select", t)
+            else:
+                inputs[arg] = t
+            helpers += _fetch(arg, ctx.bhwc(t), _select_view(node, ctx, k))
+        ctx.kernel("where", inputs, {"dst": dst}, consts, grid=ctx.grid(dst), helpers=helpers)
 
 
 @register

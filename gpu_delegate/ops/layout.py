@@ -15,7 +15,7 @@ depth_to_space.dialect and space_to_depth.dialect; SHAPE and ONE_HOT produce int
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -95,7 +95,7 @@ def _outputs(node: Node, low: int, high: int | None = None) -> None:
 # input at BHWC coordinates: a rank-r tensor's dimension i is BHWC dimension i + 4 - r (ctx.bhwc pads leading
 # 1s). Constant parameters (shapes, bounds, paddings, permutations) become defines.
 
-MAX_CONCAT_PARTS = 8  # buffers per kernel: llvmpipe allows 16, and fused post-ops may add their own
+MAX_CONCAT_PARTS = 8  # parts per kernel pass: llvmpipe binds 16 buffers, and fused post-ops may add their own
 
 
 def _gpu_check(node: Node, graph: Graph, data: tuple[int, ...] = (0,), params: dict[int, str] | None = None,
@@ -162,49 +162,60 @@ def _lower_slice(ctx: LowerContext, src: int, dst: int, index: Sequence[int | ra
     _remap(ctx, src, dst, start, step, source)
 
 
-def _lower_concat(ctx: LowerContext, node: Node, parts: list[tuple[int, BHWC]], dst: int, axis: int) -> None:
+def _lower_concat(ctx: LowerContext, node: Node, parts: list[tuple[int, BHWC]], dst: int, axis: int,
+                  activation: bool = True) -> None:
     """Emit concat.dialect: ``parts`` are (tensor, its BHWC view with the joined axis in place), joined along BHWC
-    ``axis``. The per-part reads are generated macros (see concat.dialect); a constant part is a const buffer."""
-    inputs: dict[str, int] = {}
-    consts: dict[str, str] = {}
-    starts: list[int] = []
-    vecs: list[str] = []
-    lanes: list[str] = []
-    pos = 0
-    for n, (t, view) in enumerate(parts):
-        real = ctx.bhwc(t)
-        if ctx.is_const(t):
-            arg = f"c{n}"
-            consts[arg] = ctx.const_tensor("concat_part", t)
-        else:
-            arg = f"in{n}"
-            inputs[arg] = t
-        _, vh, vw, vc = view
-        vs = slices(vc)
-        vecs.append(f"{arg}_read(index4((b), (y), (x), (s), {vh}, {vw}, {vs}))")
-        if same_layout(view, real):
-            lanes.append(f"LANE({arg}_read(index4((b), (y), (x), (c) / 4, {vh}, {vw}, {vs})), (c) % 4)")
-        else:  # e.g. PACK along the last axis: find the element by its row-major position
-            lin = f"((((b) * {vh} + (y)) * {vw} + (x)) * {vc} + (c))"
-            lanes.append(f"LANE({arg}_read(linear_index4({lin}, {real[1]}, {real[2]}, {real[3]})), "
-                         f"linear_lane({lin}, {real[3]}))")
-        starts.append(pos)
-        pos += view[axis]
-
-    def chain(values: Sequence[object]) -> str:
-        text = str(values[-1])
-        for n in range(len(values) - 2, -1, -1):
-            text = f"((k) == {n} ? {values[n]} : {text})"
-        return text
-
-    helpers = (f"#define PART_START(k) {chain(starts)}\n"
-               f"#define PART_VEC(k, b, y, x, s) {chain(vecs)}\n"
-               f"#define PART_LANE(k, b, y, x, c) {chain(lanes)}\n")
+    ``axis``. The per-part reads are generated macros (see concat.dialect); a constant part is a const buffer.
+    More than MAX_CONCAT_PARTS parts go in passes of that many, each writing its parts into the output.
+    ``activation``: the node's fused activation applies to the result (a CONCATENATION's does)."""
+    starts = list(np.cumsum([0] + [view[axis] for _, view in parts[:-1]]))
     vec4 = all(same_layout(view, ctx.bhwc(t)) for t, view in parts) and \
         (axis != 3 or all(p % 4 == 0 for p in starts))
-    ctx.fuse_activation(node)
-    ctx.kernel("concat", inputs, {"dst": dst}, consts, {"PARTS": len(parts), "AXIS": axis, "VEC4": vec4},
-               grid=ctx.grid(dst), helpers=helpers)
+    if activation:
+        ctx.fuse_activation(node)
+    passes = range(0, len(parts), MAX_CONCAT_PARTS)
+    for first in passes:
+        inputs: dict[str, int] = {}
+        consts: dict[str, str] = {}
+        vecs: dict[int, str] = {}
+        lanes: dict[int, str] = {}
+        for n in range(first, min(first + MAX_CONCAT_PARTS, len(parts))):
+            t, view = parts[n]
+            real = ctx.bhwc(t)
+            if ctx.is_const(t):
+                arg = f"c{n}"
+                consts[arg] = ctx.const_tensor("concat_part", t)
+            else:
+                arg = f"in{n}"
+                inputs[arg] = t
+            _, vh, vw, vc = view
+            vs = slices(vc)
+            vecs[n] = f"{arg}_read(index4((b), (y), (x), (s), {vh}, {vw}, {vs}))"
+            if same_layout(view, real):
+                lanes[n] = f"LANE({arg}_read(index4((b), (y), (x), (c) / 4, {vh}, {vw}, {vs})), (c) % 4)"
+            else:  # e.g. PACK along the last axis: find the element by its row-major position
+                lin = f"((((b) * {vh} + (y)) * {vw} + (x)) * {vc} + (c))"
+                lanes[n] = (f"LANE({arg}_read(linear_index4({lin}, {real[1]}, {real[2]}, {real[3]})), "
+                            f"linear_lane({lin}, {real[3]}))")
+        last = first == passes[-1]
+        out = "dst" if last else "acc"  # post-ops go with the last pass, which writes every element
+        helpers = (f"#define PART_START(k) {_chain(dict(enumerate(starts)))}\n"
+                   f"#define PART_VEC(k, b, y, x, s) {_chain(vecs)}\n"
+                   f"#define PART_LANE(k, b, y, x, c) {_chain(lanes)}\n"
+                   f"#define OUT_READ(i) {out}_read(i)\n#define OUT_WRITE(i, v) {out}_write(i, v)\n"
+                   f"#define OUT_IDX(b, y, x, s) {out}_idx(b, y, x, s)\n#define OUT_S {out}_S\n#define OUT_C {out}_C\n")
+        defines: Defines = {"PARTS": len(parts), "AXIS": axis, "VEC4": vec4, "FIRST": first,
+                            "COUNT": len(vecs), "LAST_PASS": last}
+        ctx.kernel("concat", inputs, {out: dst}, consts, defines, grid=ctx.grid(dst), helpers=helpers)
+
+
+def _chain(values: Mapping[int, object]) -> str:
+    """A macro body picking ``values[k]`` by the part number k (the last one where k matches none)."""
+    keys = sorted(values)
+    text = str(values[keys[-1]])
+    for n in reversed(keys[:-1]):
+        text = f"((k) == {n} ? {values[n]} : {text})"
+    return text
 
 
 def _lower_reshape(node: Node, graph: Graph, ctx: LowerContext) -> None:
@@ -245,6 +256,7 @@ def _resolve_shape(node: Node, spec: list[int], count: int) -> Shape:
 @register
 class Reshape(Op):
     name = "RESHAPE"
+    gpu_ints = gpu_rank5 = True
 
     @staticmethod
     def check(node: Node, graph: Graph) -> None:
@@ -289,6 +301,7 @@ def _squeeze_axes(node: Node, shape: Shape) -> tuple[int, ...]:
 @register
 class Squeeze(Op):
     name = "SQUEEZE"
+    gpu_ints = gpu_rank5 = True
 
     @staticmethod
     def check(node: Node, graph: Graph) -> None:
@@ -323,6 +336,7 @@ def _expand_axis(node: Node, v: np.ndarray, rank: int) -> int:
 @register
 class ExpandDims(Op):
     name = "EXPAND_DIMS"
+    gpu_ints = gpu_rank5 = True
 
     @staticmethod
     def check(node: Node, graph: Graph) -> None:
@@ -366,6 +380,7 @@ def _concat_shape(node: Node, shapes: list[Shape]) -> tuple[int, Shape]:
 @register
 class Concatenation(Op):
     name = "CONCATENATION"
+    gpu_ints = gpu_rank5 = True
 
     @staticmethod
     def check(node: Node, graph: Graph) -> None:
@@ -407,8 +422,6 @@ class Concatenation(Op):
 
     @staticmethod
     def gpu_support(node: Node, graph: Graph) -> bool | str:
-        if len(node.inputs) > MAX_CONCAT_PARTS:
-            return f"{len(node.inputs)} inputs; the GPU kernel joins at most {MAX_CONCAT_PARTS}"
         if all(graph.constant_like(t) for t in node.inputs):
             return "every input is a constant"
         return _gpu_check(node, graph, data=())
@@ -416,8 +429,10 @@ class Concatenation(Op):
     @staticmethod
     def lower(node: Node, graph: Graph, ctx: LowerContext) -> None:
         dst = ctx.output(node, 0)
-        rank = len(ctx.shape(dst))
+        rank = len(graph.tensors[node.outputs[0]].shape)  # the axis counts in the graph's rank, maybe 5
         axis = _axis(node, int(node.attrs.get("axis", 0)), rank) + 4 - rank
+        if axis < 0:
+            raise DelegateError(f"{node}: joins along a dimension the GPU layout collapses")
         parts = [ctx.input(node, k) for k in range(len(node.inputs))]
         _lower_concat(ctx, node, [(t, ctx.bhwc(t)) for t in parts], dst, axis)
 
@@ -425,6 +440,7 @@ class Concatenation(Op):
 @register
 class Pack(Op):
     name = "PACK"
+    gpu_ints = True
 
     @staticmethod
     def check(node: Node, graph: Graph) -> None:
@@ -469,6 +485,7 @@ class Pack(Op):
 @register
 class Unpack(Op):
     name = "UNPACK"
+    gpu_ints = True
 
     @staticmethod
     def check(node: Node, graph: Graph) -> None:
@@ -525,6 +542,7 @@ def _split(x_shape: Shape, axis: int, sizes: list[int]) -> list[Shape]:
 @register
 class Split(Op):
     name = "SPLIT"
+    gpu_ints = True
 
     @staticmethod
     def check(node: Node, graph: Graph) -> None:
@@ -577,6 +595,7 @@ class Split(Op):
 @register
 class SplitV(Op):
     name = "SPLIT_V"
+    gpu_ints = True
 
     @staticmethod
     def check(node: Node, graph: Graph) -> None:
@@ -650,6 +669,7 @@ def _slice_plan(node: Node, bv: np.ndarray, sv: np.ndarray, shape: Shape) -> tup
 @register
 class Slice(Op):
     name = "SLICE"
+    gpu_ints = True
 
     @staticmethod
     def check(node: Node, graph: Graph) -> None:
@@ -780,6 +800,7 @@ def _strided_args(node: Node, values: list[np.ndarray]) -> tuple[list[int], list
 @register
 class StridedSlice(Op):
     name = "STRIDED_SLICE"
+    gpu_ints = True
 
     @staticmethod
     def check(node: Node, graph: Graph) -> None:
@@ -836,6 +857,7 @@ def _perm(node: Node, v: np.ndarray, rank: int) -> list[int]:
 @register
 class Transpose(Op):
     name = "TRANSPOSE"
+    gpu_ints = True
 
     @staticmethod
     def check(node: Node, graph: Graph) -> None:
@@ -880,6 +902,7 @@ def _multiples(node: Node, v: np.ndarray, rank: int) -> list[int]:
 @register
 class Tile(Op):
     name = "TILE"
+    gpu_ints = gpu_rank5 = True
 
     @staticmethod
     def check(node: Node, graph: Graph) -> None:
@@ -951,30 +974,47 @@ class Gather(Op):
                              f"{indices.max()}] for a dimension of size {params.shape[axis]}")
         return [k.gather(params, indices, axis, bd)]
 
+    gpu_ints = True  # int32 params move exactly; run-time int32 indices are read from float32 storage
+
     @staticmethod
     def gpu_support(node: Node, graph: Graph) -> bool | str:
-        verdict = _gpu_check(node, graph, params={1: "indices"})
+        params, indices = (graph.tensors[t] for t in node.inputs)
+        runtime = indices.data is None
+        if runtime and (graph.constant_like(node.inputs[1]) or indices.dtype != np.int32):
+            return f"run-time indices of type {indices.type_name or indices.dtype} (the GPU reads int32 ones)"
+        verdict = _gpu_check(node, graph, params={} if runtime else {1: "indices"})
         if verdict is not True:
             return verdict
-        params, indices = (graph.tensors[t] for t in node.inputs)
         try:
             axis, batch_dims = _gather_axes(node, params.shape, indices.shape)
         except ModelError as e:
             return str(e)
         if batch_dims:
             return "batch_dims > 0"
-        values = np.asarray(indices.data).reshape(-1)
-        if values.size and (values.min() < 0 or values.max() >= params.shape[axis]):
-            return f"indices outside [0, {params.shape[axis]})"
+        if len(indices.shape) + len(params.shape) - 1 > 4:
+            return f"the output would have rank {len(indices.shape) + len(params.shape) - 1}"
+        if not runtime:
+            values = np.asarray(indices.data).reshape(-1)
+            if values.size and (values.min() < 0 or values.max() >= params.shape[axis]):
+                return f"indices outside [0, {params.shape[axis]})"
         if params.shape[axis] > 2048 * 2048:
             return f"dimension {axis} of size {params.shape[axis]} is too long to index in fp16"
         return True
 
     @staticmethod
     def lower(node: Node, graph: Graph, ctx: LowerContext) -> None:
+        """Constant indices go in a table; run-time ones are read from their tensor (clamped into range, where
+        TFLite's kernel would fail the invoke)."""
         src, indices = ctx.input(node, 0), ctx.input(node, 1)
         shape = ctx.shape(src)
         axis, _ = _gather_axes(node, shape, ctx.shape(indices))
+        runtime = not ctx.is_const(indices)
+        defines: Defines = {"COUNT": _size(ctx.shape(indices)), "AXIS_SIZE": shape[axis],
+                            "INNER": _size(shape[axis + 1:]), "VEC4": axis < len(shape) - 1, "RUNTIME": runtime}
+        dst = ctx.output(node, 0)
+        if runtime:
+            ctx.kernel("gather", {"src": src, "indices": indices}, {"dst": dst}, defines=defines, grid=ctx.grid(dst))
+            return
         values = ctx.const_ints(indices).reshape(-1)
 
         def table() -> np.ndarray:
@@ -983,9 +1023,6 @@ class Gather(Op):
             rows[1:2 * values.size:2] = values // 2048
             return rows.reshape(-1, 4)
 
-        defines: Defines = {"COUNT": values.size, "AXIS_SIZE": shape[axis], "INNER": _size(shape[axis + 1:]),
-                   "VEC4": axis < len(shape) - 1}
-        dst = ctx.output(node, 0)
         ctx.kernel("gather", {"src": src}, {"dst": dst}, {"table": ctx.const(f"gather:{indices}", table)}, defines,
                    grid=ctx.grid(dst))
 
@@ -1024,6 +1061,31 @@ class OneHot(Op):
         depth, axis = OneHot._plan(node, depth_v, indices.ndim)
         dtype = graph.tensors[node.outputs[0]].dtype
         return [k.one_hot(indices, depth, on.reshape(-1)[0], off.reshape(-1)[0], axis, dtype)]
+
+    gpu_ints = True
+
+    @staticmethod
+    def gpu_support(node: Node, graph: Graph) -> bool | str:
+        indices = graph.tensors[node.inputs[0]]
+        if indices.dtype != np.int32:
+            return f"indices of type {indices.type_name or indices.dtype} (the GPU reads int32 ones)"
+        verdict = _gpu_check(node, graph, params={1: "depth", 2: "on value", 3: "off value"},
+                             plan=lambda n, g: OneHot._plan(n, const_input(n, g, 1, "depth"), len(indices.shape)))
+        if verdict is not True:
+            return verdict
+        if len(indices.shape) >= 4:
+            return f"the output would have rank {len(indices.shape) + 1}"
+        return True
+
+    @staticmethod
+    def lower(node: Node, graph: Graph, ctx: LowerContext) -> None:
+        indices, dst = ctx.input(node, 0), ctx.output(node, 0)
+        rank = len(ctx.shape(indices))
+        depth, axis = OneHot._plan(node, const_input(node, graph, 1, "depth"), rank)
+        on, off = (float(np.asarray(const_input(node, graph, i, "value")).reshape(-1)[0]) for i in (2, 3))
+        defines: Defines = {"DEPTH": depth, "INNER": _size(ctx.shape(dst)[axis + 1:]), "ON_VALUE": on,
+                            "OFF_VALUE": off}
+        ctx.kernel("one_hot", {"indices": indices}, {"dst": dst}, defines=defines, grid=ctx.grid(dst))
 
 
 @register

@@ -29,7 +29,10 @@ import numpy as np
 from ..cpu.lstm import LstmWeights, basic_lstm_cell, lstm_sequence
 from ..errors import ModelError
 from ..graph import ACT_SIGN_BIT, Graph, Node
-from .base import Op, register
+from ..lowering.context import LowerContext
+from ..phwc4 import slices
+from .base import Defines, Op, register
+from .layout import _lower_concat
 
 
 @dataclass(frozen=True)
@@ -394,3 +397,142 @@ class Lstm(Op):
             if prev.flags.writeable:
                 prev[...] = new
         return [activation, state, concat, gates]
+
+    @staticmethod
+    def gpu_support(node: Node, graph: Graph) -> bool | str:
+        if Lstm._kernel(node) == BASIC_KERNEL:
+            weights = [2, 3]
+        else:
+            if node.attrs.get("diagonal_recurrent_tensors", False):
+                return "diagonal recurrent weights run on the CPU"
+            weights = [i for i in range(1, len(node.inputs)) if i not in (UNIDIRECTIONAL.output_state,
+                                                                          UNIDIRECTIONAL.cell_state)]
+        for i in weights:
+            if _present(node, i) and not graph.constant_like(node.inputs[i]):
+                return f"input {i} (weights) is computed at run time; the GPU lays constant weights out once"
+        return True
+
+    @staticmethod
+    def lower(node: Node, graph: Graph, ctx: LowerContext) -> None:
+        if Lstm._kernel(node) == BASIC_KERNEL:
+            _lower_basic(node, ctx)
+        else:
+            _lower_full(node, ctx)
+
+
+# -- LSTM on the GPU: kernels/dialect/lstm_gates (the matrix products), lstm_cell (the new cell state) and
+# lstm_output (the output gate times the activated cell state); a projection is lstm_gates again.
+
+def _matrix_rows(w: np.ndarray, n_in: int) -> np.ndarray:
+    """Weights [R, n_in] as lstm_gates.dialect reads them: vec4 (rs * S_in * 4 + i) = W[4 rs .. 4 rs + 3, i]."""
+    rows, s_in = slices(w.shape[0]) * 4, slices(n_in)
+    padded = np.zeros((rows, s_in * 4), np.float32)
+    padded[:w.shape[0], :n_in] = w
+    return np.ascontiguousarray(padded.reshape(rows // 4, 4, s_in * 4).transpose(0, 2, 1)).reshape(-1, 4)
+
+
+def _per_cell_rows(vectors: list[np.ndarray | None], cells: int) -> np.ndarray:
+    """Per-cell vectors (None: zeros), each as one row per slice of ``cells``, one block after the other."""
+    s = slices(cells)
+    out = np.zeros((len(vectors), s * 4), np.float32)
+    for k, v in enumerate(vectors):
+        if v is not None:
+            out[k, :cells] = v
+    return out.reshape(-1, 4)
+
+
+def _gates(ctx: LowerContext, node: Node, x: int, h: int, dst: int, wx: np.ndarray, wh: np.ndarray | None,
+           bias: np.ndarray | None, tag: str, clip: float = 0.0, raw: int = -1) -> None:
+    n_x, rows = ctx.shape(x)[-1], wx.shape[0]
+    inputs, consts = {"x": x}, {"wx": ctx.const(f"lstm_wx:{tag}:{node.index}", lambda: _matrix_rows(wx, n_x))}
+    if h >= 0 and wh is not None:
+        inputs["h"] = h
+        consts["wh"] = ctx.const(f"lstm_wh:{tag}:{node.index}", lambda: _matrix_rows(wh, ctx.shape(h)[-1]))
+    if bias is not None:
+        consts["bias"] = ctx.const(f"lstm_b:{tag}:{node.index}", lambda: _per_cell_rows([bias], rows))
+    outputs = {"dst": dst, **({"raw": raw} if raw >= 0 else {})}
+    defines: Defines = {"HAS_H": "h" in inputs, "HAS_BIAS": bias is not None, "HAS_CLIP": clip > 0,
+                        "CLIP": float(clip), "RAW_OUT": raw >= 0}
+    ctx.kernel("lstm_gates", inputs, outputs, consts, defines, grid=(ctx.shape(x)[0], 1, slices(rows)))
+
+
+def _raw_copy(ctx: LowerContext, node: Node, t: int) -> int:
+    """Where the step's output goes unaltered for the state: itself, or a scratch tensor when post-ops are fused
+    into it (they must not reach the state)."""
+    return ctx.scratch(ctx.shape(t)) if ctx.view.postops.get(node.index) else -1
+
+
+def _lower_full(node: Node, ctx: LowerContext) -> None:
+    cell = UNIDIRECTIONAL
+    x, y = ctx.input(node, 0), ctx.output(node)
+    h_var, c_var = node.inputs[cell.output_state], node.inputs[cell.cell_state]
+    batch, n_cell = ctx.shape(x)[0], ctx.shape(ctx.input(node, cell.input_w + 1))[0]
+    cifg = not _present(node, cell.input_w)
+
+    def const(i: int | None) -> np.ndarray | None:
+        return ctx.const_value(node, ctx.input(node, i)) if i is not None and _present(node, i) else None
+
+    def stacked(base: int, shape: tuple[int, ...]) -> np.ndarray:
+        return np.concatenate([v if (v := const(base + g)) is not None else np.zeros(shape, np.float32)
+                               for g in range(4)])
+
+    n_input, n_output = ctx.shape(x)[-1], ctx.shape(h_var)[-1]
+    layer_norm = cell.layer_norm is not None and _present(node, cell.layer_norm + 1)
+    biases = [const(cell.bias + g) for g in range(4)]
+    z = ctx.scratch((batch, 4 * n_cell))
+    _gates(ctx, node, x, h_var, z, stacked(cell.input_w, (n_cell, n_input)),
+           stacked(cell.recurrent_w, (n_cell, n_output)), None if layer_norm else
+           np.concatenate([b if b is not None else np.zeros(n_cell, np.float32) for b in biases]), "gates")
+    peephole = _present(node, cell.peephole + 1)
+    consts: dict[str, str] = {}
+    if peephole:
+        consts["peep"] = ctx.const(f"lstm_peep:{node.index}", lambda: _per_cell_rows(
+            [const(cell.peephole_slot(g)) for g in (0, 1, 3)], n_cell))
+    if layer_norm:
+        consts["ln"] = ctx.const(f"lstm_ln:{node.index}", lambda: _per_cell_rows(
+            [const(None if cell.layer_norm is None else cell.layer_norm + g) for g in range(4)], n_cell))
+        consts["lnb"] = ctx.const(f"lstm_lnb:{node.index}", lambda: _per_cell_rows(biases, n_cell))
+    cell_clip = float(node.attrs.get("cell_clip", 0.0))
+    defines: Defines = {"CELLS": n_cell, "CELLS_S": slices(n_cell), "BASIC": False, "CIFG": cifg,
+                        "PEEPHOLE": peephole, "LAYER_NORM": layer_norm, "ACT": _activation(node),
+                        "HAS_CELL_CLIP": cell_clip > 0, "CELL_CLIP": cell_clip}
+    c_new = ctx.scratch((batch, n_cell))
+    grid = (batch, 1, slices(n_cell))
+    ctx.kernel("lstm_cell", {"z": z, "cprev": c_var}, {"dst": c_new}, consts, defines, grid=grid)
+    ctx.update_state(c_var, c_new)
+    projection = _present(node, cell.projection_w)
+    out = ctx.scratch((batch, n_cell)) if projection else y
+    raw = -1 if projection else _raw_copy(ctx, node, y)
+    outputs = {"dst": out, **({"raw": raw} if raw >= 0 else {})}
+    ctx.kernel("lstm_output", {"z": z, "cnew": c_new}, outputs, consts, {**defines, "RAW_OUT": raw >= 0},
+               grid=grid)
+    if projection:
+        w_p = const(cell.projection_w)
+        assert w_p is not None
+        raw = _raw_copy(ctx, node, y)
+        _gates(ctx, node, out, -1, y, w_p, None, const(cell.projection_b), "proj",
+               float(node.attrs.get("proj_clip", 0.0)), raw)
+    ctx.update_state(h_var, raw if raw >= 0 else y)
+
+
+def _lower_basic(node: Node, ctx: LowerContext) -> None:
+    """TFLite's basic LSTM cell: concat [x, previous activation], one product for the four gates (input, new
+    input, forget, output), then the cell; outputs activation, state, the concatenation and the gates."""
+    x, prev_a, prev_s = ctx.input(node, 0), ctx.input(node, 1), ctx.input(node, 4)
+    act, state, concat, gates = (ctx.output(node, k) for k in range(4))
+    batch, n_input = ctx.shape(x)
+    depth = ctx.shape(prev_a)[-1]
+    # the node's fused activation is the cell's (tanh), not a step applied to the concatenation
+    _lower_concat(ctx, node, [(x, ctx.bhwc(x)), (prev_a, ctx.bhwc(prev_a))], concat, 3, activation=False)
+    w = ctx.const_value(node, ctx.input(node, 2))
+    _gates(ctx, node, concat, -1, gates, w, None, ctx.const_value(node, ctx.input(node, 3)), "basic")
+    defines: Defines = {"CELLS": depth, "CELLS_S": slices(depth), "BASIC": True, "CIFG": False, "PEEPHOLE": False,
+                        "LAYER_NORM": False, "ACT": 4, "HAS_CELL_CLIP": False, "CELL_CLIP": 0.0}
+    grid = (batch, 1, slices(depth))
+    ctx.kernel("lstm_cell", {"z": gates, "cprev": prev_s}, {"dst": state}, {}, defines, grid=grid)
+    raw = _raw_copy(ctx, node, act)
+    outputs = {"dst": act, **({"raw": raw} if raw >= 0 else {})}
+    ctx.kernel("lstm_output", {"z": gates, "cnew": state}, outputs, {}, {**defines, "RAW_OUT": raw >= 0},
+               grid=grid)
+    ctx.update_state(node.inputs[1], raw if raw >= 0 else act)
+    ctx.update_state(node.inputs[4], state)

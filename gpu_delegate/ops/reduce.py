@@ -387,6 +387,26 @@ class Cumsum(Op):
         axis = _single_axis(node, _axis_data(node, graph, inputs), x.ndim)
         return [cumsum(x, axis, bool(node.attrs.get("exclusive", False)), bool(node.attrs.get("reverse", False)))]
 
+    gpu_ints = True  # int32 sums are exact in float32 up to 2**24
+
+    @staticmethod
+    def gpu_support(node: Node, graph: Graph) -> bool | str:
+        if graph.tensors[node.inputs[1]].data is None:
+            return "the axis is computed at run time"
+        if graph.tensors[node.inputs[0]].dtype not in (np.float32, np.float16, np.int32):
+            return f"CUMSUM of {graph.tensors[node.inputs[0]].dtype} runs on the CPU"
+        return True
+
+    @staticmethod
+    def lower(node: Node, graph: Graph, ctx: LowerContext) -> None:
+        src, dst = ctx.input(node, 0), ctx.output(node)
+        shape = ctx.shape(src)
+        axis = _single_axis(node, _axis_data(node, graph), len(shape))
+        defines: Defines = {"AXIS": axis + 4 - len(shape), "LENGTH": shape[axis],
+                            "EXCLUSIVE": int(bool(node.attrs.get("exclusive", False))),
+                            "REVERSE": int(bool(node.attrs.get("reverse", False)))}
+        ctx.kernel("cumsum", {"src": src}, {"dst": dst}, defines=defines, grid=ctx.grid(dst))
+
 
 @register
 class TopKV2(Op):

@@ -13,8 +13,10 @@ import numpy as np
 
 from ..errors import ModelError
 from ..graph import Graph, Node
+from ..lowering.context import LowerContext
 from .base import Op, register
 from .checks import arity, data_dependent
+from .layout import _remap as remap
 from .operands import (
     Inputs,
     Shape,
@@ -254,4 +256,22 @@ class BroadcastTo(Op):
     def run_cpu(node: Node, graph: Graph, inputs: Inputs) -> list[np.ndarray]:
         x, shape = arrays(node, inputs)
         return [np.broadcast_to(x, bounded(node, BroadcastTo._target(node, x.shape, shape), x.dtype)).copy()]
+
+    gpu_ints = gpu_rank5 = True
+
+    @staticmethod
+    def gpu_support(node: Node, graph: Graph) -> bool | str:
+        if graph.tensors[node.inputs[1]].data is None:
+            return "the shape is computed at run time"
+        if graph.constant_like(node.inputs[0]):
+            return "the input is a constant (the GPU path moves run-time data only)"
+        return True
+
+    @staticmethod
+    def lower(node: Node, graph: Graph, ctx: LowerContext) -> None:
+        """kernels/dialect/remap.dialect: each dimension of the input read at the output's coordinate modulo its
+        size (0 along a broadcast one), the input's dimensions aligned with the output's last ones."""
+        src, dst = ctx.input(node, 0), ctx.output(node)
+        rs, rd = len(ctx.shape(src)), len(ctx.shape(dst))
+        remap(ctx, src, dst, [0] * rs, [1] * rs, [i + rd - rs for i in range(rs)], tile=True)
 
