@@ -43,6 +43,7 @@ from ..cpu.elementwise import (
     truncate_divide,
 )
 from ..cpu.quant import activation_range, dequantize, dtype_range, quantize, quantize_multiplier
+from ..dtypes import STRING
 from ..errors import ModelError
 from ..graph import ACT_NONE, ACT_RELU6, Graph, Node, Tensor
 from ..lowering.context import LowerContext
@@ -501,7 +502,8 @@ class _Binary(Op):
         a, b, y = (graph.tensors[t] for t in (*node.inputs, node.outputs[0]))
         _same_type(node, a, b)
         kinds = {"ints": cls.ints, "quantized": cls.quantized, "floats": cls.floats, "bools": cls.bools}
-        check_type(node, a, **kinds)
+        if not (cls.strings and a.dtype == STRING):
+            check_type(node, a, **kinds)
         if cls.to_bool:
             if y.dtype != np.bool_:
                 raise ModelError(f"{node}: output must be bool, is {y.type_name or y.dtype}")
@@ -698,12 +700,14 @@ class _Compare(_Binary):
 @register
 class Equal(_Compare):
     name = "EQUAL"
+    strings = True
     compute = staticmethod(_binary(np.equal))
 
 
 @register
 class NotEqual(_Compare):
     name = "NOT_EQUAL"
+    strings = True
     compute = staticmethod(_binary(np.not_equal))
 
 
