@@ -99,8 +99,7 @@ class Op:
     needs_runtime: ClassVar[bool] = False
     # The op takes STRING tensors, as LiteRT's kernel does; a node of any other op with one is refused.
     strings: ClassVar[bool] = False
-    # The element types the CPU kernel takes, in a few words, for the op table (README.md); "" where the class
-    # docstring's first line says it.
+    # The element types the CPU kernel takes, in a few words, for the op table (README.md, ops/table.py)
     types: ClassVar[str] = ""
 
     @classmethod
@@ -109,6 +108,11 @@ class Op:
         if cls.max_version is not None and node.version > cls.max_version:
             raise ModelError(f"{node}: op version {node.version} is not supported (this kernel implements "
                              f"versions 1 to {cls.max_version})")
+
+    @classmethod
+    def type_summary(cls) -> str:
+        """The types the CPU kernel takes, for the op table: ``types``, and STRING where the op takes strings."""
+        return ", ".join(t for t in (cls.types, "string" if cls.strings and "string" not in cls.types else "") if t)
 
     @classmethod
     def check_strings(cls, node: Node, graph: Graph) -> None:

@@ -49,6 +49,7 @@ def _bias(inputs: list, i: int) -> np.ndarray | None:
 @register
 class Conv3D(Op):
     name = "CONV_3D"
+    types = "float32"
     max_version = 1
 
     @staticmethod
@@ -95,6 +96,7 @@ class Conv3D(Op):
 @register
 class Conv3DTranspose(Op):
     name = "CONV_3D_TRANSPOSE"
+    types = "float32"
     max_version = 1
 
     @staticmethod

@@ -49,7 +49,7 @@ from ..graph import ACT_NONE, ACT_RELU6, Graph, Node, Tensor
 from ..lowering.context import LowerContext
 from ..phwc4 import slices
 from .base import Op, broadcast_shape, lower_elementwise, register
-from .checks import all_required, arity, check_type, is_quantized, per_tensor, quant_of, required
+from .checks import all_required, arity, check_type, is_quantized, per_tensor, quant_of, required, type_kinds
 
 Shapes = list[tuple[int, ...] | None]
 _ACT = "fused_activation_function"
@@ -141,6 +141,10 @@ def _pow_expr() -> str:
 class _Unary(Op):
     ints: ClassVar[bool] = False  # also computes plain (non-quantized) integer tensors
     expr: ClassVar[str] = ""  # the GPU form: a dialect expression over FLT4 a
+
+    @classmethod
+    def type_summary(cls) -> str:
+        return cls.types or type_kinds(ints=cls.ints)
 
     @classmethod
     def gpu_expr(cls, node: Node, graph: Graph) -> str | None:
@@ -474,6 +478,11 @@ class _Binary(Op):
     fused: ClassVar[bool] = False  # has fused_activation_function
     expr: ClassVar[str] = ""  # the GPU form over FLT4 a, b ("": none)
     gpu_quantized: ClassVar[bool] = True  # the GPU form also serves 8-bit quantized tensors
+
+    @classmethod
+    def type_summary(cls) -> str:
+        kinds = type_kinds(ints=cls.ints, quantized=cls.quantized, floats=cls.floats, bools=cls.bools)
+        return ", ".join([cls.types or kinds] + (["string"] if cls.strings else []))
 
     @classmethod
     def gpu_expr(cls, node: Node, graph: Graph) -> str | None:

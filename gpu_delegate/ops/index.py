@@ -18,7 +18,7 @@ from ..dtypes import STRING, zeros
 from ..errors import ModelError
 from ..graph import Graph, Node
 from .base import Op, register
-from .checks import arity, data_dependent, input_count
+from .checks import arity, data_dependent, input_count, type_names
 from .operands import (
     Inputs,
     Shape,
@@ -70,6 +70,7 @@ class GatherNd(Op):
     name, max_version = "GATHER_ND", 6
     strings = True
     _PARAMS = (np.float16, np.float32, np.int8, np.uint8, np.int16, np.int32, np.int64, np.bool_)
+    types = type_names(_PARAMS)
 
     @staticmethod
     def check(node: Node, graph: Graph) -> None:
@@ -107,6 +108,7 @@ class ScatterNd(Op):
 
     name, max_version = "SCATTER_ND", 1
     _UPDATES = (np.float32, np.int8, np.uint8, np.int32, np.int64, np.bool_)
+    types = type_names(_UPDATES)
 
     @staticmethod
     def check(node: Node, graph: Graph) -> None:
@@ -160,6 +162,7 @@ class Where(Op):
 
     name, max_version = "WHERE", 2
     _TYPES = (np.bool_, np.float32, np.int8, np.uint8, np.int32, np.uint32, np.int64)
+    types = type_names(_TYPES)
 
     @staticmethod
     def check(node: Node, graph: Graph) -> None:

@@ -17,7 +17,7 @@ from ..cpu import scatter as sc
 from ..errors import ModelError
 from ..graph import Graph, Node
 from .base import Op, Runtime, Shape, register
-from .checks import all_required, data_dependent
+from .checks import all_required, data_dependent, type_names
 from .control_flow import known_shapes, no_omitted, present_inputs, subgraph_attr
 
 _NUMERIC = tuple(np.dtype(t) for t in (np.float32, np.float16, np.float64, np.int8, np.int16, np.int32, np.int64,
@@ -35,6 +35,10 @@ class _Elementwise(Op):
     dtypes: ClassVar[tuple[np.dtype, ...]] = _NUMERIC
     ufunc: ClassVar[np.ufunc] = np.add
     max_version = 1
+
+    @classmethod
+    def type_summary(cls) -> str:
+        return type_names(cls.dtypes)
 
     @classmethod
     def compute(cls, a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -121,6 +125,7 @@ def _pad_attrs(node: Node, rank: int) -> tuple[list[int], list[int], list[int]]:
 @register
 class StablehloPad(Op):
     name = "STABLEHLO_PAD"
+    types = type_names(_NUMERIC)
     max_version = 1
 
     @staticmethod
@@ -201,6 +206,7 @@ def _gather_layout(node: Node, operand, indices,
 @register
 class StablehloGather(Op):
     name = "STABLEHLO_GATHER"
+    types = "any; int32/int64 start indices"
     max_version = 1
 
     @staticmethod
@@ -322,7 +328,7 @@ class StablehloReduceWindow(Op):
     name = "STABLEHLO_REDUCE_WINDOW"
     max_version = 1
     needs_runtime = True
-    types = "bool, int8, int16, int32, int64, uint8, float32, float64"
+    types = type_names(_WINDOW_TYPES)
 
     @staticmethod
     def check(node: Node, graph: Graph) -> None:
@@ -411,7 +417,7 @@ class StablehloScatter(Op):
     name = "STABLEHLO_SCATTER"
     max_version = 1
     needs_runtime = True
-    types = "float16/32/64, int8/16/32/64, uint8/16/32/64; int32/int64 indices"
+    types = type_names(_SCATTER_TYPES) + "; int32/int64 indices"
 
     @staticmethod
     def check(node: Node, graph: Graph) -> None:
