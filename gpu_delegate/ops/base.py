@@ -13,7 +13,9 @@ An op is one class, registered under its TFLite name, that holds everything abou
         def lower(node, graph, ctx): ...           # the GPU kernel calls (kernels/), via lowering.context
         def gpu_expr(node, graph): ...             # elementwise ops: the result as a dialect expression
 
-All methods are static: an op has no state. Attributes come from ``node.attrs`` (see graph.py).
+All methods are static: an op has no state. Attributes come from ``node.attrs`` (see graph.py). Class attributes
+say the rest: ``max_version``, ``types`` and ``strings`` (the types its CPU kernel takes; ops/table.py makes the
+README's op table of them), ``needs_runtime`` (it calls subgraphs or holds state: run_in / infer_in).
 """
 
 from __future__ import annotations
