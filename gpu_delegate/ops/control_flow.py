@@ -51,6 +51,7 @@ class While(Op):
     """Loop: while cond(vars) is true, vars = body(vars); the outputs are the last vars."""
 
     name = "WHILE"
+    types = "any (what the subgraphs take)"
     strings = True
     max_version = 1
     needs_runtime = True
@@ -95,6 +96,7 @@ class If(Op):
     """then_branch(inputs) if the condition (input 0) is true, else else_branch(inputs)."""
 
     name = "IF"
+    types = "any (what the subgraphs take)"
     strings = True
     max_version = 1
     needs_runtime = True
