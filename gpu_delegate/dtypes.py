@@ -11,7 +11,7 @@ SCHEMA_TO_NUMPY: dict[int, np.dtype | None] = {
     2: np.dtype(np.int32),
     3: np.dtype(np.uint8),
     4: np.dtype(np.int64),
-    5: None,  # STRING
+    5: np.dtype(object),  # STRING: each element a Python bytes object (what LiteRT's get_tensor returns)
     6: np.dtype(np.bool_),
     7: np.dtype(np.int16),
     8: np.dtype(np.complex64),
@@ -37,7 +37,7 @@ NUMPY_TO_SCHEMA: dict[np.dtype, int] = {
     np.dtype(np.float32): 0, np.dtype(np.float16): 1, np.dtype(np.int32): 2, np.dtype(np.uint8): 3,
     np.dtype(np.int64): 4, np.dtype(np.bool_): 6, np.dtype(np.int16): 7, np.dtype(np.complex64): 8,
     np.dtype(np.int8): 9, np.dtype(np.float64): 10, np.dtype(np.complex128): 11, np.dtype(np.uint64): 12,
-    np.dtype(np.uint32): 15, np.dtype(np.uint16): 16,
+    np.dtype(np.uint32): 15, np.dtype(np.uint16): 16, np.dtype(object): 5,
 }
 
 # TfLiteType in the C API (common.h) differs from the schema: kTfLiteFloat32 == 1, kTfLiteInt32 == 2, ...
@@ -60,7 +60,37 @@ C_API_TO_SCHEMA: dict[int, int] = {
 # 0.0 / 1.0, int32 as its value in float32 storage whatever the delegate's precision (exact up to 2**24).
 GPU_HELD_AS_FLOAT = (np.dtype(np.bool_), np.dtype(np.int32))
 GPU_EXACT_INT = 1 << 24
+STRING = np.dtype(object)
 
 
 def is_quantized_int(dtype: np.dtype) -> bool:
     return dtype in (np.dtype(np.int8), np.dtype(np.uint8), np.dtype(np.int16))
+
+
+def zeros(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    """A tensor's value before anything writes it: zeros, or empty strings for a STRING tensor."""
+    return np.full(shape, b"", STRING) if dtype == STRING else np.zeros(shape, dtype)
+
+
+def public_type(dtype: np.dtype) -> type:
+    """The ``dtype`` entry of a tensor's details, as LiteRT gives it: ``numpy.bytes_`` for a STRING tensor (whose
+    values are object arrays of bytes), the numpy scalar type otherwise."""
+    return np.bytes_ if dtype == STRING else dtype.type
+
+
+def as_strings(value: np.ndarray, what: str) -> np.ndarray:
+    """``value`` as a STRING tensor's value, converted as LiteRT's set_tensor converts it: an object array of bytes,
+    from bytes (``S``) or unicode (``U``, encoded as UTF-8) arrays, or object arrays of bytes or str. Anything
+    else is a ValueError naming ``what``."""
+    if value.dtype.kind not in "SUO":
+        raise ValueError(f"Cannot set tensor: got value of type {value.dtype} but expected type STRING for {what}")
+    out = np.empty(value.shape, STRING)
+    flat = out.reshape(-1)
+    for i, item in enumerate(value.reshape(-1).tolist()):
+        if isinstance(item, str):
+            item = item.encode()
+        elif not isinstance(item, bytes):
+            raise ValueError(f"Cannot set tensor: element {i} of the value for {what} is {type(item).__name__}, "
+                             "not bytes or str")
+        flat[i] = item
+    return out

@@ -4,7 +4,7 @@ A subgraph is resolved for its input shapes (shapes.resolve: real shapes, shape 
 tensors marked), the delegates take their partitions of the resolved graph, and the rest runs node by node on the
 CPU kernels. Control-flow ops (WHILE, IF, CALL_ONCE) run other subgraphs through the ModelRun, which is the
 `ops.base.Runtime` they see; each of those subgraphs is partitioned and delegated like the main one. Resource
-variables live in the ModelRun, shared by every subgraph, as in LiteRT.
+variables and hash tables live in the ModelRun, shared by every subgraph, as in LiteRT.
 """
 
 from __future__ import annotations
@@ -19,9 +19,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from .delegate import DelegateKernel, SimpleDelegate
+from .dtypes import zeros
 from .errors import ModelError
 from .graph import Graph, Model
-from .ops.base import Shape, get_op, run_node
+from .ops.base import LookupTable, Shape, get_op, run_node
 from .partition import Partition, schedule, select_partitions
 from .shapes import check_run_shape, check_total_size, resolve
 
@@ -156,7 +157,7 @@ class SubgraphRun:
         check_total_size(graph, self.model.source)
         for t in graph.inputs:
             if self.values[t] is None:
-                self.values[t] = np.zeros(graph.tensors[t].shape, graph.tensors[t].dtype)
+                self.values[t] = zeros(graph.tensors[t].shape, graph.tensors[t].dtype)
         if not was_allocated:  # like TFLite: RNN state restarts when tensors are (re)allocated
             self.reset_variables()
         for step in self.steps:
@@ -237,6 +238,7 @@ class ModelRun:
         self.profiler: Callable[[ProfileEvent], None] | None = None
         self._handles: dict[tuple[str, str], int] = {}
         self._variables: dict[int, np.ndarray] = {}
+        self._tables: dict[int, LookupTable] = {}
         self._done: set[tuple[str, int]] = set()
         self._depth = 0
         self._shape_cache: dict[tuple[int, tuple[Shape, ...]], list[Shape | None]] = {}
@@ -258,6 +260,9 @@ class ModelRun:
             self._depth -= 1
 
     # -- ops.base.Runtime ----------------------------------------------------------------------------------
+    def graph(self, subgraph: int) -> Graph:
+        return self.subgraph(subgraph).graph
+
     def call(self, subgraph: int, inputs: list[np.ndarray]) -> list[np.ndarray]:
         with self._nested(subgraph) as sub:
             graph = sub.graph
@@ -309,6 +314,11 @@ class ModelRun:
             return False
         self._done.add(key)
         return True
+
+    def table(self, table_id: int, new: LookupTable | None = None) -> LookupTable | None:
+        if new is not None:
+            return self._tables.setdefault(table_id, new)
+        return self._tables.get(table_id)
 
     def free(self) -> None:
         for sub in self.subgraphs:

@@ -18,6 +18,7 @@ import numba
 import numpy as np
 
 from .delegate import SimpleDelegate
+from .dtypes import STRING, as_strings, public_type, zeros
 from .errors import ModelError, ShapeError
 from .executor import Delegated, ModelRun, ProfileEvent, SubgraphRun
 from .graph import Graph, Model, Signature, Tensor
@@ -118,7 +119,7 @@ class Interpreter:
             "index": index,
             "shape": np.array(self._shape(sub, index), np.int32),
             "shape_signature": np.array(sig, np.int32),
-            "dtype": t.dtype.type,
+            "dtype": public_type(t.dtype),
             "quantization": (float(scales[0]), int(zps[0])) if q is not None and scales.size == 1 else (0.0, 0),
             "quantization_parameters": {"scales": scales.copy(), "zero_points": zps.copy(),
                                         "quantized_dimension": q.axis if q is not None else 0,
@@ -192,6 +193,8 @@ class Interpreter:
         if t.data is not None:
             raise ValueError(f"cannot set tensor {t.index} ({t.name!r}): it is a constant")
         value = np.asarray(value)
+        if t.dtype == STRING:
+            value = as_strings(value, f"tensor {t.index}, name: {t.name}")
         if value.dtype != t.dtype:
             raise ValueError(f"Cannot set tensor: got value of type {value.dtype} but expected type "
                              f"{t.dtype} for tensor {t.index}, name: {t.name}")
@@ -207,7 +210,7 @@ class Interpreter:
         t = self._tensor(tensor_index, subgraph_index=subgraph_index)
         v = sub.values[t.index]
         if v is None:
-            return np.zeros(self._shape(sub, t.index), t.dtype)
+            return zeros(self._shape(sub, t.index), t.dtype)
         return np.array(v, copy=True)
 
     def tensor(self, tensor_index: int) -> Callable[[], np.ndarray]:
@@ -217,7 +220,7 @@ class Interpreter:
         def view() -> np.ndarray:
             value = main.values[t.index]
             if value is None:
-                value = main.values[t.index] = np.zeros(self._shape(main, t.index), t.dtype)
+                value = main.values[t.index] = zeros(self._shape(main, t.index), t.dtype)
             return value
         return view
 

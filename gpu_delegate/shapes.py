@@ -56,6 +56,7 @@ def _resolve(graph: Graph, input_shapes: Mapping[int, Shape], runtime: Runtime |
             continue  # a delegate may take it; if none does, planning refuses the model naming the op
         try:  # the node itself must be well formed (a ModelError at load); its shapes may not fit (a ShapeError)
             op.check_version(node)
+            op.check_strings(node, resolved)
             op.check(node, resolved)
         except ModelError:
             raise

@@ -7,7 +7,7 @@ from .base import REGISTRY, Op, get_op, register
 _FAMILIES = ["conv", "pool", "elementwise", "reduce", "layout", "resize", "quantize", "lstm", "rnn", "conv3d",
              "segment", "unique", "detection", "random", "svdf", "embedding_sparse", "reduce_window", "stablehlo",
              "math", "shape", "index", "space", "normalization", "signal", "hashing", "control_flow", "variables",
-             "mediapipe"]
+             "mediapipe", "hashtable", "text"]
 
 
 def _import_families() -> None:

@@ -13,16 +13,20 @@ An op is one class, registered under its TFLite name, that holds everything abou
         def lower(node, graph, ctx): ...           # the GPU kernel calls (kernels/), via lowering.context
         def gpu_expr(node, graph): ...             # elementwise ops: the result as a dialect expression
 
-All methods are static: an op has no state. Attributes come from ``node.attrs`` (see graph.py).
+All methods are static: an op has no state. Attributes come from ``node.attrs`` (see graph.py). Class attributes
+say the rest: ``max_version``, ``types`` and ``strings`` (the types its CPU kernel takes; ops/table.py makes the
+README's op table of them), ``needs_runtime`` (it calls subgraphs or holds state: run_in / infer_in).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import ClassVar, Protocol, TypeVar
 
 import numpy as np
 
+from ..dtypes import STRING
 from ..errors import KERNEL_FAULTS, DelegateError, ModelError
 from ..graph import Graph, Node
 from ..lowering.context import LowerContext
@@ -35,9 +39,23 @@ Defines = dict[str, int | float | str]
 Shape = tuple[int, ...]
 
 
+@dataclass
+class LookupTable:
+    """A hash table resource (HASHTABLE): keys and values of fixed types, filled once (HASHTABLE_IMPORT)."""
+
+    key_type: np.dtype
+    value_type: np.dtype
+    entries: dict[object, object] = field(default_factory=dict)
+    imported: bool = False
+
+
 class Runtime(Protocol):
     """What the interpreter offers the ops that need more than their inputs (``Op.needs_runtime``): the model's
-    other subgraphs (control flow) and its state (resource variables, run-once initialization)."""
+    other subgraphs (control flow) and its state (resource variables and hash tables, run-once initialization)."""
+
+    def graph(self, subgraph: int) -> Graph:
+        """Subgraph ``subgraph`` as read (a reduction body is read for the one op it holds)."""
+        ...
 
     def call(self, subgraph: int, inputs: list[np.ndarray]) -> list[np.ndarray]:
         """Run subgraph ``subgraph`` on ``inputs``; its outputs."""
@@ -62,6 +80,11 @@ class Runtime(Protocol):
         """True the first time ``key`` is asked in this interpreter's life, False after."""
         ...
 
+    def table(self, table_id: int, new: LookupTable | None = None) -> LookupTable | None:
+        """The hash table with id ``table_id`` (shared by every subgraph); ``new`` becomes it when there is none
+        yet. None: no table has that id."""
+        ...
+
 
 class Op:
     name: ClassVar[str] = ""
@@ -82,6 +105,10 @@ class Op:
     # the lowering takes tensors of rank above 4 whose leading dimensions are 1 (phwc4.collapse): it reads every
     # shape as the partition's collapsed rank-4 one and shifts rank-relative parameters (axes) to match
     gpu_rank5: ClassVar[bool] = False
+    # The op takes STRING tensors, as LiteRT's kernel does; a node of any other op with one is refused.
+    strings: ClassVar[bool] = False
+    # The element types the CPU kernel takes, in a few words, for the op table (README.md, ops/table.py)
+    types: ClassVar[str] = ""
 
     @classmethod
     def check_version(cls, node: Node) -> None:
@@ -89,6 +116,21 @@ class Op:
         if cls.max_version is not None and node.version > cls.max_version:
             raise ModelError(f"{node}: op version {node.version} is not supported (this kernel implements "
                              f"versions 1 to {cls.max_version})")
+
+    @classmethod
+    def type_summary(cls) -> str:
+        """The types the CPU kernel takes, for the op table: ``types``, and STRING where the op takes strings."""
+        return ", ".join(t for t in (cls.types, "string" if cls.strings and "string" not in cls.types else "") if t)
+
+    @classmethod
+    def check_strings(cls, node: Node, graph: Graph) -> None:
+        """Refuse a node with a STRING tensor unless this op takes them."""
+        if cls.strings:
+            return
+        for t in (*node.inputs, *node.outputs):
+            if t >= 0 and graph.tensors[t].dtype == STRING:
+                raise ModelError(f"{node}: tensor {t} ({graph.tensors[t].name!r}) is STRING, which {node.op} does "
+                                 "not take (nor does LiteRT's kernel)")
 
     @staticmethod
     def check(node: Node, graph: Graph) -> None:

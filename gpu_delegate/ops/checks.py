@@ -3,10 +3,11 @@ tensors. Each raises a ModelError that names the node and what is wrong with it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import NoReturn, TypeVar
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 from ..dtypes import is_quantized_int
 from ..errors import DataDependentShape, ModelError
@@ -117,6 +118,20 @@ def scalar_quant(node: Node, t: Tensor, what: str) -> tuple[float, int]:
     if t.quant.per_channel:
         raise ModelError(f"{node}: {what} tensor {t.name!r} must be quantized per tensor")
     return t.quant.scalar()
+
+
+def type_kinds(*, ints: bool = False, quantized: bool = True, floats: bool = True, bools: bool = False) -> str:
+    """What ``check_type`` with these flags accepts, in words (the op table's types column)."""
+    kinds = [("float16/32/64", floats), ("int8/uint8/int16 quantized", quantized), ("integers", ints),
+             ("bool", bools)]
+    return ", ".join(k for k, ok in kinds if ok)
+
+
+def type_names(dtypes: Iterable[DTypeLike]) -> str:
+    """numpy types as the op table lists them: "bool, float32, int8"."""
+    kinds = "bfiuc"
+    unique = {np.dtype(t) for t in dtypes}
+    return ", ".join(t.name for t in sorted(unique, key=lambda t: (kinds.find(t.kind), t.itemsize)))
 
 
 def check_type(node: Node, t: Tensor, *, ints: bool = False, quantized: bool = True, floats: bool = True,

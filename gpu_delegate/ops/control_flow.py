@@ -16,19 +16,19 @@ from .base import Op, Runtime, Shape, register
 from .checks import data_dependent
 
 
-def _subgraph_attr(node: Node, name: str) -> int:
+def subgraph_attr(node: Node, name: str) -> int:
     value = node.attrs.get(name)
     if not isinstance(value, int) or value < 0:
         raise ModelError(f"{node}: {name} {value!r} is not a subgraph index")
     return value
 
 
-def _no_omitted(node: Node) -> None:
+def no_omitted(node: Node) -> None:
     if any(t < 0 for t in node.inputs):
         raise ModelError(f"{node}: input {node.inputs.index(-1)} is omitted; {node.op} passes every input on")
 
 
-def _present(inputs: list[np.ndarray | None], node: Node) -> list[np.ndarray]:
+def present_inputs(inputs: list[np.ndarray | None], node: Node) -> list[np.ndarray]:
     out = []
     for k, v in enumerate(inputs):
         if v is None:
@@ -37,7 +37,7 @@ def _present(inputs: list[np.ndarray | None], node: Node) -> list[np.ndarray]:
     return out
 
 
-def _known(shapes: list[Shape | None], node: Node) -> list[Shape]:
+def known_shapes(shapes: list[Shape | None], node: Node) -> list[Shape]:
     out = []
     for k, s in enumerate(shapes):
         if s is None:
@@ -51,21 +51,23 @@ class While(Op):
     """Loop: while cond(vars) is true, vars = body(vars); the outputs are the last vars."""
 
     name = "WHILE"
+    types = "any (what the subgraphs take)"
+    strings = True
     max_version = 1
     needs_runtime = True
 
     @staticmethod
     def check(node: Node, graph: Graph) -> None:
-        _subgraph_attr(node, "cond_subgraph_index")
-        _subgraph_attr(node, "body_subgraph_index")
-        _no_omitted(node)
+        subgraph_attr(node, "cond_subgraph_index")
+        subgraph_attr(node, "body_subgraph_index")
+        no_omitted(node)
         if len(node.outputs) != len(node.inputs):
             raise ModelError(f"{node}: {len(node.inputs)} loop inputs but {len(node.outputs)} outputs")
 
     @staticmethod
     def infer_in(node: Node, graph: Graph, shapes: list[Shape | None], runtime: Runtime) -> list[Shape]:
-        loop = _known(shapes, node)
-        body = runtime.output_shapes(_subgraph_attr(node, "body_subgraph_index"), loop)
+        loop = known_shapes(shapes, node)
+        body = runtime.output_shapes(subgraph_attr(node, "body_subgraph_index"), loop)
         if len(body) != len(loop):
             raise ModelError(f"{node}: the body subgraph gives {len(body)} outputs for {len(loop)} loop variables")
         if any(b != s for b, s in zip(body, loop)):
@@ -74,9 +76,9 @@ class While(Op):
 
     @staticmethod
     def run_in(node: Node, graph: Graph, inputs: list[np.ndarray | None], runtime: Runtime) -> list[np.ndarray]:
-        cond_index = _subgraph_attr(node, "cond_subgraph_index")
-        body_index = _subgraph_attr(node, "body_subgraph_index")
-        values = _present(inputs, node)
+        cond_index = subgraph_attr(node, "cond_subgraph_index")
+        body_index = subgraph_attr(node, "body_subgraph_index")
+        values = present_inputs(inputs, node)
         while True:
             (cond,) = runtime.call(cond_index, values)
             if cond.size != 1:
@@ -94,14 +96,16 @@ class If(Op):
     """then_branch(inputs) if the condition (input 0) is true, else else_branch(inputs)."""
 
     name = "IF"
+    types = "any (what the subgraphs take)"
+    strings = True
     max_version = 1
     needs_runtime = True
 
     @staticmethod
     def check(node: Node, graph: Graph) -> None:
-        _subgraph_attr(node, "then_subgraph_index")
-        _subgraph_attr(node, "else_subgraph_index")
-        _no_omitted(node)
+        subgraph_attr(node, "then_subgraph_index")
+        subgraph_attr(node, "else_subgraph_index")
+        no_omitted(node)
         if not node.inputs:
             raise ModelError(f"{node}: the condition input is missing")
         cond = graph.tensors[node.inputs[0]]
@@ -110,9 +114,9 @@ class If(Op):
 
     @staticmethod
     def infer_in(node: Node, graph: Graph, shapes: list[Shape | None], runtime: Runtime) -> list[Shape]:
-        args = _known(shapes, node)[1:]
-        then = runtime.output_shapes(_subgraph_attr(node, "then_subgraph_index"), args)
-        other = runtime.output_shapes(_subgraph_attr(node, "else_subgraph_index"), args)
+        args = known_shapes(shapes, node)[1:]
+        then = runtime.output_shapes(subgraph_attr(node, "then_subgraph_index"), args)
+        other = runtime.output_shapes(subgraph_attr(node, "else_subgraph_index"), args)
         for branch in (then, other):
             if len(branch) != len(node.outputs):
                 raise ModelError(f"{node}: a branch gives {len(branch)} outputs, the node has {len(node.outputs)}")
@@ -128,9 +132,9 @@ class If(Op):
 
     @staticmethod
     def run_in(node: Node, graph: Graph, inputs: list[np.ndarray | None], runtime: Runtime) -> list[np.ndarray]:
-        cond, *args = _present(inputs, node)
+        cond, *args = present_inputs(inputs, node)
         branch = "then_subgraph_index" if bool(cond.reshape(-1)[0]) else "else_subgraph_index"
-        return runtime.call(_subgraph_attr(node, branch), args)
+        return runtime.call(subgraph_attr(node, branch), args)
 
 
 @register
@@ -143,7 +147,7 @@ class CallOnce(Op):
 
     @staticmethod
     def check(node: Node, graph: Graph) -> None:
-        index = _subgraph_attr(node, "init_subgraph_index")
+        index = subgraph_attr(node, "init_subgraph_index")
         if index == graph.index:
             raise ModelError(f"{node}: calls its own subgraph {index}")
         if node.inputs or node.outputs:
@@ -155,7 +159,7 @@ class CallOnce(Op):
 
     @staticmethod
     def run_in(node: Node, graph: Graph, inputs: list[np.ndarray | None], runtime: Runtime) -> list[np.ndarray]:
-        index = _subgraph_attr(node, "init_subgraph_index")
+        index = subgraph_attr(node, "init_subgraph_index")
         if runtime.first_time(("CALL_ONCE", index)):
             runtime.call(index, [])
         return []

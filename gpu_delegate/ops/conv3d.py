@@ -51,6 +51,7 @@ def _bias(inputs: list, i: int) -> np.ndarray | None:
 @register
 class Conv3D(Op):
     name = "CONV_3D"
+    types = "float32"
     max_version = 1
 
     @staticmethod
@@ -97,6 +98,7 @@ class Conv3D(Op):
 @register
 class Conv3DTranspose(Op):
     name = "CONV_3D_TRANSPOSE"
+    types = "float32"
     max_version = 1
 
     @staticmethod

@@ -80,9 +80,11 @@ class _Nms(Op):
 @register
 class NonMaxSuppressionV4(_Nms):
     name = "NON_MAX_SUPPRESSION_V4"
+    types = "float32"
 
 
 @register
 class NonMaxSuppressionV5(_Nms):
     name = "NON_MAX_SUPPRESSION_V5"
+    types = "float32"
     soft = True

@@ -43,13 +43,13 @@ from ..cpu.elementwise import (
     truncate_divide,
 )
 from ..cpu.quant import activation_range, dequantize, dtype_range, quantize, quantize_multiplier
-from ..dtypes import GPU_HELD_AS_FLOAT
+from ..dtypes import GPU_HELD_AS_FLOAT, STRING
 from ..errors import ModelError
 from ..graph import ACT_NONE, ACT_RELU6, Graph, Node, Tensor
 from ..lowering.context import LowerContext
 from ..phwc4 import slices
 from .base import Op, broadcast_shape, lower_elementwise, register
-from .checks import all_required, arity, check_type, is_quantized, per_tensor, quant_of, required
+from .checks import all_required, arity, check_type, is_quantized, per_tensor, quant_of, required, type_kinds
 
 Shapes = list[tuple[int, ...] | None]
 _ACT = "fused_activation_function"
@@ -148,6 +148,10 @@ class _Unary(Op):
     ints: ClassVar[bool] = False  # also computes plain (non-quantized) integer tensors
     gpu_rank5 = True  # an elementwise lowering reads only BHWC shapes
     expr: ClassVar[str] = ""  # the GPU form: a dialect expression over FLT4 a
+
+    @classmethod
+    def type_summary(cls) -> str:
+        return cls.types or type_kinds(ints=cls.ints)
 
     @classmethod
     def gpu_expr(cls, node: Node, graph: Graph) -> str | None:
@@ -501,6 +505,11 @@ class _Binary(Op):
     gpu_quantized: ClassVar[bool] = True  # the GPU form also serves 8-bit quantized tensors
 
     @classmethod
+    def type_summary(cls) -> str:
+        kinds = type_kinds(ints=cls.ints, quantized=cls.quantized, floats=cls.floats, bools=cls.bools)
+        return ", ".join([cls.types or kinds] + (["string"] if cls.strings else []))
+
+    @classmethod
     def gpu_expr(cls, node: Node, graph: Graph) -> str | None:
         return cls.expr or None
 
@@ -527,7 +536,8 @@ class _Binary(Op):
         a, b, y = (graph.tensors[t] for t in (*node.inputs, node.outputs[0]))
         _same_type(node, a, b)
         kinds = {"ints": cls.ints, "quantized": cls.quantized, "floats": cls.floats, "bools": cls.bools}
-        check_type(node, a, **kinds)
+        if not (cls.strings and a.dtype == STRING):
+            check_type(node, a, **kinds)
         if cls.to_bool:
             if y.dtype != np.bool_:
                 raise ModelError(f"{node}: output must be bool, is {y.type_name or y.dtype}")
@@ -729,6 +739,7 @@ class _Compare(_Binary):
 class Equal(_Compare):
     name = "EQUAL"
     expr = "EQ4(a, b)"
+    strings = True
     compute = staticmethod(_binary(np.equal))
 
 
@@ -736,6 +747,7 @@ class Equal(_Compare):
 class NotEqual(_Compare):
     name = "NOT_EQUAL"
     expr = "NE4(a, b)"
+    strings = True
     compute = staticmethod(_binary(np.not_equal))
 
 

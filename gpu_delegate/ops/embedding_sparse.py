@@ -24,6 +24,7 @@ def _out_shape(node: Node, dense_shape: np.ndarray, params_shape) -> tuple[int, 
 @register
 class EmbeddingLookupSparse(Op):
     name = "EMBEDDING_LOOKUP_SPARSE"
+    types = "float32"
     max_version = 1
 
     @staticmethod

@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..dtypes import STRING, zeros
 from ..errors import ModelError
 from ..graph import Graph, Node
 from .base import Op, register
-from .checks import arity, data_dependent, input_count
+from .checks import arity, data_dependent, input_count, type_names
 from .operands import (
     Inputs,
     Shape,
@@ -67,13 +68,16 @@ class GatherNd(Op):
     """Slices of params addressed by the last axis of indices: out = params[indices[..., :]]."""
 
     name, max_version = "GATHER_ND", 6
+    strings = True
     _PARAMS = (np.float16, np.float32, np.int8, np.uint8, np.int16, np.int32, np.int64, np.bool_)
+    types = type_names(_PARAMS)
 
     @staticmethod
     def check(node: Node, graph: Graph) -> None:
         arity(node, 2, 1)
         params = tensor_in(node, graph, 0)
-        require_type(node, params, GatherNd._PARAMS, "params")
+        if params.dtype != STRING:
+            require_type(node, params, GatherNd._PARAMS, "params")
         require_type(node, tensor_in(node, graph, 1), (np.int16, np.int32, np.int64), "indices")
         same_type(node, params, tensor_out(node, graph))
 
@@ -104,6 +108,7 @@ class ScatterNd(Op):
 
     name, max_version = "SCATTER_ND", 1
     _UPDATES = (np.float32, np.int8, np.uint8, np.int32, np.int64, np.bool_)
+    types = type_names(_UPDATES)
 
     @staticmethod
     def check(node: Node, graph: Graph) -> None:
@@ -157,6 +162,7 @@ class Where(Op):
 
     name, max_version = "WHERE", 2
     _TYPES = (np.bool_, np.float32, np.int8, np.uint8, np.int32, np.uint32, np.int64)
+    types = type_names(_TYPES)
 
     @staticmethod
     def check(node: Node, graph: Graph) -> None:
@@ -334,9 +340,10 @@ class EmbeddingLookup(Op):
 @register
 class HashtableLookup(Op):
     """For each int32 key looked up (input 0), the row of ``values`` (input 2) whose key (input 1, sorted)
-    matches, or a row of zeros; output 1 says which were found (uint8 1 / 0)."""
+    matches, or a row of zeros (empty strings); output 1 says which were found (uint8 1 / 0)."""
 
     name, max_version = "HASHTABLE_LOOKUP", 1
+    strings = True
 
     @staticmethod
     def check(node: Node, graph: Graph) -> None:
@@ -347,7 +354,8 @@ class HashtableLookup(Op):
         require_type(node, tensor_in(node, graph, 0), (np.int32,), "the lookups")
         require_type(node, tensor_in(node, graph, 1), (np.int32,), "the keys")
         values = tensor_in(node, graph, 2)
-        require_type(node, values, _ANY, "the values")
+        if values.dtype != STRING:
+            require_type(node, values, _ANY, "the values")
         same_type(node, values, tensor_out(node, graph, 0))
         require_type(node, tensor_out(node, graph, 1), (np.uint8,), "the hits")
 
@@ -369,5 +377,5 @@ class HashtableLookup(Op):
             raise ModelError(f"{node}: the keys must be sorted ascending")
         at = np.minimum(np.searchsorted(keys, lookups), keys.size - 1)
         hit = keys[at] == lookups
-        out = np.where(hit.reshape((-1,) + (1,) * (values.ndim - 1)), values[at], np.zeros((), values.dtype))
+        out = np.where(hit.reshape((-1,) + (1,) * (values.ndim - 1)), values[at], zeros((), values.dtype))
         return [out.astype(values.dtype, copy=False), hit.astype(np.uint8)]

@@ -22,6 +22,7 @@ import numpy as np
 from ..cpu import layout as k
 from ..cpu.activation import apply_activation
 from ..cpu.quant import activation_range
+from ..dtypes import STRING
 from ..errors import DelegateError, ModelError
 from ..graph import ACT_NONE, ACT_SIGN_BIT, Graph, Node
 from ..lowering.context import LowerContext
@@ -257,6 +258,7 @@ def _resolve_shape(node: Node, spec: list[int], count: int) -> Shape:
 class Reshape(Op):
     name = "RESHAPE"
     gpu_ints = gpu_rank5 = True
+    strings = True
 
     @staticmethod
     def check(node: Node, graph: Graph) -> None:
@@ -302,6 +304,7 @@ def _squeeze_axes(node: Node, shape: Shape) -> tuple[int, ...]:
 class Squeeze(Op):
     name = "SQUEEZE"
     gpu_ints = gpu_rank5 = True
+    strings = True
 
     @staticmethod
     def check(node: Node, graph: Graph) -> None:
@@ -337,6 +340,7 @@ def _expand_axis(node: Node, v: np.ndarray, rank: int) -> int:
 class ExpandDims(Op):
     name = "EXPAND_DIMS"
     gpu_ints = gpu_rank5 = True
+    strings = True
 
     @staticmethod
     def check(node: Node, graph: Graph) -> None:
@@ -670,6 +674,7 @@ def _slice_plan(node: Node, bv: np.ndarray, sv: np.ndarray, shape: Shape) -> tup
 class Slice(Op):
     name = "SLICE"
     gpu_ints = True
+    strings = True
 
     @staticmethod
     def check(node: Node, graph: Graph) -> None:
@@ -801,6 +806,7 @@ def _strided_args(node: Node, values: list[np.ndarray]) -> tuple[list[int], list
 class StridedSlice(Op):
     name = "STRIDED_SLICE"
     gpu_ints = True
+    strings = True
 
     @staticmethod
     def check(node: Node, graph: Graph) -> None:
@@ -903,6 +909,7 @@ def _multiples(node: Node, v: np.ndarray, rank: int) -> list[int]:
 class Tile(Op):
     name = "TILE"
     gpu_ints = gpu_rank5 = True
+    strings = True
 
     @staticmethod
     def check(node: Node, graph: Graph) -> None:
@@ -951,6 +958,7 @@ def _gather_axes(node: Node, params: Shape, indices: Shape) -> tuple[int, int]:
 @register
 class Gather(Op):
     name = "GATHER"
+    strings = True
 
     @staticmethod
     def check(node: Node, graph: Graph) -> None:
@@ -958,6 +966,10 @@ class Gather(Op):
         _outputs(node, 1)
         if node.inputs[1] < 0 or graph.tensors[node.inputs[1]].dtype.kind not in "iu":
             raise ModelError(f"{node}: indices must be an integer tensor")
+        params = graph.tensors[node.inputs[0]]
+        if params.dtype == STRING and len(params.shape) != 1:
+            raise ModelError(f"{node}: STRING params must be 1-D (as LiteRT's kernel requires), have shape "
+                             f"{list(params.shape)}")
 
     @staticmethod
     def infer(node: Node, graph: Graph, shapes: Shapes) -> list[Shape]:
@@ -1091,6 +1103,7 @@ class OneHot(Op):
 @register
 class ShapeOp(Op):
     name = "SHAPE"
+    strings = True
     reads_shapes_only = True  # the input's shape, not its values
 
     @staticmethod

@@ -204,6 +204,7 @@ def _cell_macs(node: Node, graph: Graph, cell: CellLayout, steps: int, n_input: 
 @register
 class UnidirectionalSequenceLstm(Op):
     name = "UNIDIRECTIONAL_SEQUENCE_LSTM"
+    types = "float32 (hybrid int8 weights refused)"
     max_version = 3
 
     @staticmethod
@@ -246,6 +247,7 @@ class BidirectionalSequenceLstm(Op):
     width and so reads past them for batch > 1; this computes what the op means: both outputs side by side.)"""
 
     name = "BIDIRECTIONAL_SEQUENCE_LSTM"
+    types = "float32 (hybrid int8 weights refused)"
     max_version = 3
 
     @staticmethod
@@ -333,6 +335,7 @@ class Lstm(Op):
     activation and state are overwritten with the new ones, as TFLite does."""
 
     name = "LSTM"
+    types = "float32, full and basic kernels (hybrid, 8x8_16 integer and uint8 basic kernels refused)"
     max_version = 4
 
     @staticmethod

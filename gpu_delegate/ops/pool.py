@@ -92,6 +92,7 @@ class L2Pool2D(Op):
     """sqrt(mean of the squares of the window's pixels inside the input), then the fused clamp."""
 
     name = "L2_POOL_2D"
+    types = "float32"
     max_version = 1
 
     @staticmethod

@@ -85,6 +85,7 @@ class _RandomFloat(Op):
 @register
 class RandomUniform(_RandomFloat):
     name = "RANDOM_UNIFORM"
+    types = "float32 out (LiteRT's Philox numbers for a seed)"
     foldable = False  # a generator whose state moves at every invoke
 
     @classmethod
@@ -95,6 +96,7 @@ class RandomUniform(_RandomFloat):
 @register
 class RandomStandardNormal(_RandomFloat):
     name = "RANDOM_STANDARD_NORMAL"
+    types = "float32 out (LiteRT's Philox numbers for a seed)"
     foldable = False  # a generator whose state moves at every invoke
 
     @classmethod
@@ -105,6 +107,7 @@ class RandomStandardNormal(_RandomFloat):
 @register
 class Multinomial(Op):
     name = "MULTINOMIAL"
+    types = "float32 logits; int32/int64 samples"
     foldable = False  # a generator whose state moves at every invoke
     max_version = 1
 

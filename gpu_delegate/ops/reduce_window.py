@@ -13,7 +13,7 @@ from ..cpu import reduce_window as k
 from ..errors import ModelError
 from ..graph import Graph, Node
 from .base import Op, register
-from .checks import const_input
+from .checks import const_input, type_names
 
 _TYPES = tuple(np.dtype(t) for t in (np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.float32,
                                      np.float64))
@@ -33,6 +33,7 @@ def _window(node: Node, graph: Graph, rank: int) -> tuple[list[int], list[int], 
 @register
 class ReduceWindow(Op):
     name = "REDUCE_WINDOW"
+    types = type_names(_TYPES)
     max_version = 1
 
     @staticmethod

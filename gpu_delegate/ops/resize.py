@@ -14,7 +14,7 @@ from ..errors import ModelError
 from ..graph import Graph, Node
 from ..lowering.context import LowerContext
 from .base import Defines, Op, register
-from .checks import check_run_shapes, data_dependent, input_count, required
+from .checks import check_run_shapes, data_dependent, input_count, required, type_names
 
 _TYPES = (np.float32, np.int8, np.uint8, np.int16)
 
@@ -94,6 +94,7 @@ def _lower(node: Node, ctx: LowerContext, bilinear: bool) -> None:
 @register
 class ResizeBilinear(Op):
     name = "RESIZE_BILINEAR"
+    types = type_names(_TYPES)
 
     @staticmethod
     def check(node: Node, graph: Graph) -> None:
@@ -121,6 +122,7 @@ class ResizeBilinear(Op):
 @register
 class ResizeNearestNeighbor(Op):
     name = "RESIZE_NEAREST_NEIGHBOR"
+    types = type_names(_TYPES)
 
     @staticmethod
     def check(node: Node, graph: Graph) -> None:

@@ -134,6 +134,7 @@ def _check_single(node: Node, graph: Graph, n_outputs: int = 1) -> None:
 @register
 class Rnn(Op):
     name = "RNN"
+    types = "float32; hybrid int8 weights (symmetric or asymmetric inputs)"
     max_version = 3
 
     @staticmethod
@@ -167,6 +168,7 @@ class Rnn(Op):
 @register
 class UnidirectionalSequenceRnn(Op):
     name = "UNIDIRECTIONAL_SEQUENCE_RNN"
+    types = "float32; hybrid int8 weights (symmetric or asymmetric inputs)"
     max_version = 3
 
     @staticmethod
@@ -226,6 +228,7 @@ def _bidi_dims(node: Node, shapes) -> tuple[int, int, int, int, int]:
 @register
 class BidirectionalSequenceRnn(Op):
     name = "BIDIRECTIONAL_SEQUENCE_RNN"
+    types = "float32; hybrid int8 weights (symmetric or asymmetric inputs)"
     max_version = 3
 
     @staticmethod

@@ -15,7 +15,7 @@ import numpy as np
 from ..errors import ModelError
 from ..graph import Graph, Node
 from .base import Op, register
-from .checks import check_run_shapes, data_dependent, input_count
+from .checks import check_run_shapes, data_dependent, input_count, type_names
 
 _TYPES = (np.dtype(np.float32), np.dtype(np.int32))
 
@@ -46,6 +46,7 @@ def _segment_rows(node: Node, ids: np.ndarray) -> int:
 @register
 class SegmentSum(Op):
     name = "SEGMENT_SUM"
+    types = type_names(_TYPES)
     max_version = 1
 
     @staticmethod
@@ -76,6 +77,7 @@ class SegmentSum(Op):
 
 
 class _UnsortedSegment(Op):
+    types = type_names(_TYPES)
     reduce: np.ufunc = np.add
     max_version = 1
 

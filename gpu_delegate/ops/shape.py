@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..dtypes import STRING
 from ..errors import ModelError
 from ..graph import Graph, Node
 from ..lowering.context import LowerContext
@@ -49,13 +50,15 @@ class Fill(Op):
     """A tensor of shape ``dims`` (input 0, int32/int64) holding the scalar ``value`` (input 1) everywhere."""
 
     name, max_version = "FILL", 5
+    strings = True
 
     @staticmethod
     def check(node: Node, graph: Graph) -> None:
         arity(node, 2, 1)
         require_type(node, tensor_in(node, graph, 0), _SHAPE_TYPES, "dims")
         value, out = tensor_in(node, graph, 1), tensor_out(node, graph)
-        require_type(node, value, tuple(t for t in _ANY if np.dtype(t).itemsize <= 8), "the value")
+        if value.dtype != STRING:
+            require_type(node, value, tuple(t for t in _ANY if np.dtype(t).itemsize <= 8), "the value")
         same_type(node, value, out)
         same_quantization(node, value, out)
 
@@ -98,6 +101,7 @@ class Rank(Op):
     """The number of dimensions, as a 0-d int32 tensor."""
 
     name, max_version = "RANK", 1
+    strings = True
     reads_shapes_only = True  # the input's rank, not its values
 
     @staticmethod

@@ -15,7 +15,7 @@ import numpy as np
 from ..errors import ModelError
 from ..graph import Graph, Node
 from .base import Op, register
-from .checks import arity, data_dependent
+from .checks import arity, data_dependent, type_names
 from .operands import (
     Inputs,
     Shape,
@@ -198,6 +198,7 @@ def _reverse_axes(node: Node, axes_value: np.ndarray, rank: int) -> list[int]:
 class ReverseV2(Op):
     name, max_version = "REVERSE_V2", 4
     _TYPES = (np.float16, np.float32, np.int8, np.uint8, np.int16, np.int32, np.int64, np.bool_)
+    types = type_names(_TYPES)
 
     @staticmethod
     def check(node: Node, graph: Graph) -> None:
@@ -226,6 +227,7 @@ class ReverseSequence(Op):
 
     name, max_version = "REVERSE_SEQUENCE", 1
     _TYPES = (np.float32, np.uint8, np.int16, np.int32, np.int64)
+    types = type_names(_TYPES)
 
     @staticmethod
     def check(node: Node, graph: Graph) -> None:
@@ -272,6 +274,7 @@ class MatrixDiag(Op):
     """[..., N] -> [..., N, N] with the input on the diagonal and zeros (zero codes) elsewhere."""
 
     name, max_version = "MATRIX_DIAG", 1
+    types = type_names(_DIAG_TYPES)
 
     @staticmethod
     def check(node: Node, graph: Graph) -> None:
@@ -300,6 +303,7 @@ class MatrixSetDiag(Op):
     """[..., M, N] with its main diagonal replaced by the [..., min(M, N)] second input."""
 
     name, max_version = "MATRIX_SET_DIAG", 1
+    types = type_names(_DIAG_TYPES)
 
     @staticmethod
     def check(node: Node, graph: Graph) -> None:

@@ -29,6 +29,7 @@ def _rank(node: Node) -> int:
 @register
 class Svdf(Op):
     name = "SVDF"
+    types = "float32; hybrid int8 weights (integer int8/int16 SVDF refused)"
     max_version = 4
 
     @staticmethod

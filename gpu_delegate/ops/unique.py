@@ -9,7 +9,7 @@ import numpy as np
 from ..errors import ModelError
 from ..graph import Graph, Node
 from .base import Op, register
-from .checks import check_run_shapes, data_dependent, input_count
+from .checks import check_run_shapes, data_dependent, input_count, type_names
 
 _TYPES = tuple(np.dtype(t) for t in (np.float32, np.int8, np.uint8, np.int16, np.int32, np.int64))
 
@@ -26,6 +26,7 @@ def unique_in_order(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 @register
 class Unique(Op):
     name = "UNIQUE"
+    types = type_names(_TYPES)
     max_version = 1
 
     @staticmethod

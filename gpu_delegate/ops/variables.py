@@ -30,6 +30,7 @@ def _check_resource(node: Node, graph: Graph) -> None:
 @register
 class VarHandle(Op):
     name = "VAR_HANDLE"
+    types = "resource handle"
     max_version = 1
     needs_runtime = True
 
@@ -52,6 +53,7 @@ class VarHandle(Op):
 @register
 class AssignVariable(Op):
     name = "ASSIGN_VARIABLE"
+    types = "any numeric"
     max_version = 1
     needs_runtime = True
 
@@ -80,6 +82,7 @@ class AssignVariable(Op):
 @register
 class ReadVariable(Op):
     name = "READ_VARIABLE"
+    types = "any numeric"
     max_version = 1
     needs_runtime = True
 

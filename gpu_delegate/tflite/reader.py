@@ -19,6 +19,7 @@ from ..dtypes import SCHEMA_NAMES, SCHEMA_TO_NUMPY
 from ..errors import ModelError
 from ..graph import Graph, Model, Node, Quantization, Signature, Tensor
 from .schema import BUILTIN_OPS, OPTIONS2_TYPES, OPTIONS_TYPES, options_fields, options_module
+from .strings import decode_strings
 
 MAX_RANK = 16
 
@@ -216,7 +217,12 @@ class _Reader:
 
     def constant(self, raw: np.ndarray, tensor: Tensor, type_code: int, label: str) -> np.ndarray:
         if SCHEMA_TO_NUMPY[type_code] is None:
-            return raw  # strings and resources: kept as bytes, no op we run reads them
+            return raw  # variants and bfloat16: kept as bytes, no op we run reads them
+        if tensor.type_name == "STRING":
+            try:
+                return decode_strings(raw, tensor.size, label).reshape(tensor.shape)
+            except ValueError as e:
+                raise self.fail(str(e)) from None
         if tensor.sparsity is not None:
             if raw.size % tensor.dtype.itemsize:
                 raise self.fail(f"{label}: sparse buffer of {raw.size} bytes is not a whole number of elements")

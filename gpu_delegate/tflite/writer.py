@@ -34,12 +34,13 @@ from .schema import (
     options_type_for_op,
     vector_prepend,
 )
+from .strings import encode_strings
 
 SCHEMA_CODES = {name: code for code, name in SCHEMA_NAMES.items()}
 _ENUMS = {"padding": tflite.Padding, "fused_activation_function": tflite.ActivationFunctionType,
           "mode": tflite.MirrorPadMode, "combiner": tflite.CombinerType, "kernel_type": tflite.LSTMKernelType,
           "idx_out_type": tflite.TensorType, "reduce_function": tflite.ReduceWindowFunction,
-          "algorithm": tflite.RngAlgorithm}
+          "algorithm": tflite.RngAlgorithm, "key_dtype": tflite.TensorType, "value_dtype": tflite.TensorType}
 
 
 class TensorEntry(TypedDict):
@@ -133,14 +134,15 @@ class ModelBuilder:
                zero_point: ArrayLike | None = None, axis: int = 0, data: ArrayLike | None = None,
                shape_signature: Sequence[int] | None = None, sparsity: dict[str, Any] | None = None,
                is_variable: bool = False, type_name: str | None = None) -> int:
-        """A tensor of the current subgraph; ``type_name`` ("RESOURCE", "STRING") gives a schema type numpy has no
-        dtype for."""
+        """A tensor of the current subgraph; ``type_name`` ("RESOURCE") gives a schema type numpy has no dtype for.
+        A STRING tensor has dtype ``object`` (its data: bytes or str, written in TFLite's string buffer format)."""
         dtype = np.dtype(dtype)
+        type_code = SCHEMA_CODES[type_name] if type_name is not None else NUMPY_TO_SCHEMA[dtype]
         buffer = 0
         if data is not None:
             buffer = len(self.buffers)
-            self.buffers.append(np.ascontiguousarray(data, dtype).tobytes())
-        type_code = SCHEMA_CODES[type_name] if type_name is not None else NUMPY_TO_SCHEMA[dtype]
+            self.buffers.append(encode_strings(np.asarray(data, object)) if type_code == SCHEMA_CODES["STRING"]
+                                else np.ascontiguousarray(data, dtype).tobytes())
         self.tensors.append(TensorEntry(name=name, shape=[int(d) for d in shape], type=type_code,
                                         buffer=buffer, scale=scale, zero_point=zero_point, axis=axis,
                                         shape_signature=shape_signature, sparsity=sparsity, is_variable=is_variable))
@@ -159,10 +161,12 @@ class ModelBuilder:
         self.outputs.extend(tensors)
 
     # -- ops --------------------------------------------------------------------------------------------
-    def op(self, name: str, inputs: Sequence[int], outputs: Sequence[int], *, version: int = 1,
+    def op(self, op_name: str, inputs: Sequence[int], outputs: Sequence[int], /, *, version: int = 1,
            custom_options: bytes | None = None, **options: Any) -> None:
-        custom = name not in BUILTIN_CODES
-        key = (name, version)
+        """A node of the current subgraph; ``options`` are its options table's fields (STABLEHLO_COMPOSITE's
+        ``name`` among them)."""
+        custom = op_name not in BUILTIN_CODES
+        key = (op_name, version)
         if key not in self.opcodes:
             self.opcodes.append(key)
         self.ops.append((self.opcodes.index(key), list(inputs), list(outputs), options, custom_options, custom))
