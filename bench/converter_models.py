@@ -1,0 +1,352 @@
+"""Models as TensorFlow's converter makes them, with its defaults: keras.applications architectures and small
+hand-written nets, each with an open batch and with batch 1, in float32, float16-weight, dynamic-range and
+full-int8 (float, int8 and uint8 I/O) flavours. Random weights, fixed seed.
+
+Needs TensorFlow, which is never a dependency of the project: run it from a throwaway venv,
+
+    python3 -m venv /tmp/tf && /tmp/tf/bin/pip install tensorflow-cpu tf_keras
+    /tmp/tf/bin/python bench/converter_models.py --size small --out tests/models/converter   # what the tests use
+    /tmp/tf/bin/python bench/converter_models.py --size full --out bench/out/converter        # bench/, not committed
+
+``--size small`` shrinks each architecture (widths, depths, input size) through the builder keras.applications
+itself uses, so the graph has the same ops and the same patterns as the full model; ``--size full`` is the real
+thing at the input sizes users run on a phone. ``manifest.json`` beside the models says what each file is and
+which flavours the converter refused.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import numpy as np  # noqa: E402
+
+SEED = 0
+FLAVOURS = ("fp32", "fp16", "dynrange", "int8", "int8io", "uint8io")
+
+
+def _tf():  # imported late so that --help works without TensorFlow
+    import tensorflow as tf
+
+    return tf
+
+
+# -- architectures ----------------------------------------------------------------------------------------------
+# Each builder takes (keras module, size, batch) and returns a model; batch None is the open batch the converter
+# keeps as shape arithmetic in the graph.
+
+def _mobilenet_v3(keras, size: str, batch, which: str):
+    from keras.src.applications import mobilenet_v3
+
+    builder = getattr(keras.applications, which)
+    if size == "full":
+        return builder(input_tensor=keras.Input((160, 160, 3), batch_size=batch), weights=None)
+    full_head = mobilenet_v3.MobileNetV3
+
+    def narrow_head(stack_fn, last_point_ch, *args, **kwargs):  # the 1024/1280-wide head is most of the bytes
+        return full_head(stack_fn, 64, *args, **kwargs)
+
+    mobilenet_v3.MobileNetV3 = narrow_head
+    try:
+        return builder(input_tensor=keras.Input((32, 32, 3), batch_size=batch), alpha=0.35, weights=None,
+                       classes=10)
+    finally:
+        mobilenet_v3.MobileNetV3 = full_head
+
+
+def mobilenet_v3_small(keras, size: str, batch):
+    return _mobilenet_v3(keras, size, batch, "MobileNetV3Small")
+
+
+def mobilenet_v3_large(keras, size: str, batch):
+    return _mobilenet_v3(keras, size, batch, "MobileNetV3Large")
+
+
+def efficientnet_b0(keras, size: str, batch):
+    if size == "full":
+        return keras.applications.EfficientNetB0(input_tensor=keras.Input((160, 160, 3), batch_size=batch),
+                                                 weights=None)
+    from keras.src.applications.efficientnet import EfficientNet
+
+    return EfficientNet(0.25, 0.25, 32, input_tensor=keras.Input((32, 32, 3), batch_size=batch), weights=None,
+                        classes=10, name="efficientnet_small")
+
+
+def efficientnet_v2_b0(keras, size: str, batch):
+    if size == "full":
+        return keras.applications.EfficientNetV2B0(input_tensor=keras.Input((160, 160, 3), batch_size=batch),
+                                                   weights=None)
+    from keras.src.applications.efficientnet_v2 import EfficientNetV2
+
+    return EfficientNetV2(0.25, 0.25, 32, input_tensor=keras.Input((32, 32, 3), batch_size=batch), weights=None,
+                          classes=10, name="efficientnetv2-b0")
+
+
+def nasnet_mobile(keras, size: str, batch):
+    if size == "full":
+        return keras.applications.NASNetMobile(input_tensor=keras.Input((224, 224, 3), batch_size=batch),
+                                               weights=None)
+    from keras.src.applications.nasnet import NASNet
+
+    return NASNet(input_shape=(32, 32, 3), penultimate_filters=192, num_blocks=1, stem_block_filters=8,
+                  input_tensor=keras.Input((32, 32, 3), batch_size=batch), weights=None, classes=10,
+                  default_size=32, name="nasnet_small")
+
+
+def densenet121(keras, size: str, batch):
+    if size == "full":
+        return keras.applications.DenseNet121(input_tensor=keras.Input((128, 128, 3), batch_size=batch),
+                                              weights=None)
+    from keras.src.applications.densenet import DenseNet
+
+    return DenseNet([1, 2, 2, 1], input_tensor=keras.Input((32, 32, 3), batch_size=batch), weights=None,
+                    classes=10, name="densenet_small")
+
+
+def resnet50(keras, size: str, batch):
+    if size == "full":
+        return keras.applications.ResNet50(input_tensor=keras.Input((128, 128, 3), batch_size=batch),
+                                           weights=None)
+    from keras.src.applications.resnet import ResNet
+    from keras.src.applications.resnet import stack_residual_blocks_v1 as stack1
+
+    def stacks(x):
+        x = stack1(x, 8, 2, stride1=1, name="conv2")
+        x = stack1(x, 16, 1, name="conv3")
+        return stack1(x, 32, 1, name="conv4")
+
+    return ResNet(stacks, False, True, input_tensor=keras.Input((32, 32, 3), batch_size=batch), weights=None,
+                  classes=10, name="resnet_small")
+
+
+def vit_block(keras, size: str, batch):
+    """Patch embedding, two transformer blocks (LayerNormalization, MultiHeadAttention, Dense with GELU),
+    a mean over the tokens and a classifier."""
+    tokens, dim = (16, 32) if size == "small" else (64, 64)
+    x = inp = keras.Input((tokens, dim), batch_size=batch)
+    x = keras.layers.Dense(dim)(x)
+    for _ in range(2):
+        h = keras.layers.LayerNormalization(epsilon=1e-6)(x)
+        h = keras.layers.MultiHeadAttention(num_heads=4, key_dim=dim // 4)(h, h)
+        x = keras.layers.Add()([x, h])
+        h = keras.layers.LayerNormalization(epsilon=1e-6)(x)
+        h = keras.layers.Dense(2 * dim, activation="gelu")(h)
+        h = keras.layers.Dense(dim)(h)
+        x = keras.layers.Add()([x, h])
+    x = keras.layers.GlobalAveragePooling1D()(x)
+    return keras.Model(inp, keras.layers.Dense(10, activation="softmax")(x), name="vit_block")
+
+
+def unet(keras, size: str, batch):
+    """Encoder-decoder with Conv2DTranspose, skip concatenations and bilinear UpSampling2D."""
+    side, w = (32, 8) if size == "small" else (128, 16)
+    L = keras.layers
+    inp = keras.Input((side, side, 3), batch_size=batch)
+    e1 = L.Conv2D(w, 3, padding="same", activation="relu")(inp)
+    e2 = L.Conv2D(2 * w, 3, padding="same", activation="relu")(L.MaxPooling2D()(e1))
+    b = L.Conv2D(4 * w, 3, padding="same", activation="relu")(L.MaxPooling2D()(e2))
+    d2 = L.Conv2DTranspose(2 * w, 3, strides=2, padding="same")(b)
+    d2 = L.Conv2D(2 * w, 3, padding="same", activation="relu")(L.Concatenate()([d2, e2]))
+    d1 = L.UpSampling2D(interpolation="bilinear")(d2)
+    d1 = L.Conv2D(w, 3, padding="same", activation="relu")(L.Concatenate()([d1, e1]))
+    return keras.Model(inp, L.Conv2D(2, 1, activation="sigmoid")(d1), name="unet")
+
+
+def yolo_head(keras, size: str, batch):
+    """Two-scale detection head: nearest UpSampling2D, concatenation, sigmoid, reshape to boxes."""
+    side, w, anchors, classes = (32, 8, 3, 4) if size == "small" else (160, 32, 3, 20)
+    L = keras.layers
+    inp = keras.Input((side, side, 3), batch_size=batch)
+    x = L.Conv2D(w, 3, strides=2, padding="same", activation="swish")(inp)
+    c4 = L.Conv2D(2 * w, 3, strides=2, padding="same", activation="swish")(x)
+    c5 = L.Conv2D(4 * w, 3, strides=2, padding="same", activation="swish")(c4)
+    up = L.UpSampling2D(interpolation="nearest")(L.Conv2D(2 * w, 1, activation="swish")(c5))
+    p4 = L.Conv2D(2 * w, 3, padding="same", activation="swish")(L.Concatenate()([up, c4]))
+    outs = []
+    for p in (c5, p4):
+        y = L.Conv2D(anchors * (5 + classes), 1)(p)
+        y = L.Reshape((-1, 5 + classes))(y)
+        outs.append(L.Activation("sigmoid")(y))
+    return keras.Model(inp, L.Concatenate(axis=1)(outs), name="yolo_head")
+
+
+def conv1d_audio(keras, size: str, batch):
+    """A keyword-spotting style net on raw samples: strided Conv1D, BatchNormalization, pooling, Dense."""
+    n = 1024 if size == "small" else 16000
+    L = keras.layers
+    x = inp = keras.Input((n, 1), batch_size=batch)
+    for filters, stride in ((8, 4), (16, 2), (32, 2)):
+        x = L.Conv1D(filters, 9, strides=stride, padding="same")(x)
+        x = L.BatchNormalization()(x)
+        x = L.ReLU()(x)
+        x = L.MaxPooling1D(2)(x)
+    x = L.GlobalAveragePooling1D()(x)
+    return keras.Model(inp, L.Dense(12, activation="softmax")(x), name="conv1d_audio")
+
+
+def _text_rnn(keras, size: str, batch, name: str):
+    seq, vocab, units = (12, 100, 8) if size == "small" else (64, 5000, 64)
+    L = keras.layers
+    inp = keras.Input((seq,), batch_size=batch, dtype="int32")
+    x = L.Embedding(vocab, units)(inp)
+    x = L.Bidirectional(L.LSTM(units, return_sequences=True))(x)
+    x = L.Bidirectional(L.GRU(units))(x)
+    return keras.Model(inp, L.Dense(3, activation="softmax")(x), name=name)
+
+
+def bilstm_keras3(keras, size: str, batch):
+    """Embedding + Bidirectional LSTM and GRU in Keras 3: the converter emits WHILE loops."""
+    return _text_rnn(keras, size, batch, "bilstm_keras3")
+
+
+def bilstm_tf_keras(keras, size: str, batch):
+    """The same in tf_keras: the converter fuses the LSTMs into UNIDIRECTIONAL_SEQUENCE_LSTM (+ REVERSE_V2)."""
+    import tf_keras
+
+    return _text_rnn(tf_keras, size, batch, "bilstm_tf_keras")
+
+
+def multi_io(keras, size: str, batch):
+    """Two inputs (an image and a vector), three outputs (class scores, a regression, a feature map)."""
+    side = 16 if size == "small" else 96
+    L = keras.layers
+    img = keras.Input((side, side, 3), batch_size=batch, name="image")
+    vec = keras.Input((7,), batch_size=batch, name="features")
+    x = L.Conv2D(12, 3, strides=2, padding="same", activation="relu")(img)
+    fmap = L.DepthwiseConv2D(3, padding="same", activation="relu6")(x)
+    g = L.GlobalAveragePooling2D()(fmap)
+    h = L.Concatenate()([g, L.Dense(12, activation="tanh")(vec)])
+    scores = L.Dense(5, activation="softmax", name="scores")(h)
+    value = L.Dense(1, name="value")(L.Multiply()([h, L.Dense(24, activation="sigmoid")(vec)]))
+    return keras.Model([img, vec], [scores, value, fmap], name="multi_io")
+
+
+ARCHITECTURES: dict[str, Callable] = {f.__name__: f for f in (
+    mobilenet_v3_small, mobilenet_v3_large, efficientnet_b0, efficientnet_v2_b0, nasnet_mobile, densenet121,
+    resnet50, vit_block, unet, yolo_head, conv1d_audio, bilstm_keras3, bilstm_tf_keras, multi_io)}
+
+
+# -- conversion -------------------------------------------------------------------------------------------------
+
+# keras.applications models take pixels in [0, 255] and scale them inside the graph (Rescaling/Normalization
+# layers); fed normal noise their activations shrink by 255 and every output is the same softmax.
+PIXEL_INPUTS = {"mobilenet_v3_small", "mobilenet_v3_large", "efficientnet_b0", "efficientnet_v2_b0"}
+
+
+def input_range(name: str) -> list[float] | None:
+    """[low, high] of a uniform input where the model expects pixels; None: standard normal."""
+    return [0.0, 255.0] if name in PIXEL_INPUTS else None
+
+
+def sample_inputs(model, rng: np.random.Generator, value_range: list[float] | None, batch: int = 1
+                  ) -> list[np.ndarray]:
+    out = []
+    for t in model.inputs:
+        shape = (batch, *t.shape[1:])
+        if "int" in str(t.dtype):
+            out.append(rng.integers(0, 50, shape).astype(np.int32))
+        elif value_range is not None:
+            out.append(rng.uniform(*value_range, shape).astype(np.float32))
+        else:
+            out.append(rng.standard_normal(shape).astype(np.float32))
+    return out
+
+
+def convert(model, flavour: str, value_range: list[float] | None) -> bytes:
+    tf = _tf()
+    converter = tf.lite.TFLiteConverter.from_keras_model(model)
+    if flavour != "fp32":
+        converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    if flavour == "fp16":
+        converter.target_spec.supported_types = [tf.float16]
+    if flavour in ("int8", "int8io", "uint8io"):
+        rng = np.random.default_rng(SEED + 1)
+
+        def representative():
+            for _ in range(8):
+                yield sample_inputs(model, rng, value_range)
+
+        converter.representative_dataset = representative
+    if flavour in ("int8io", "uint8io"):
+        converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+        converter.inference_input_type = tf.int8 if flavour == "int8io" else tf.uint8
+        converter.inference_output_type = converter.inference_input_type
+    return converter.convert()
+
+
+def calibrate_batch_norms(model, keras_module, value_range: list[float] | None) -> None:
+    """Set each BatchNormalization's moving statistics to those of its input on sample data, in graph order.
+
+    With freshly initialised statistics (mean 0, variance 1) a deep random net shrinks its activations layer by
+    layer (MobileNetV3's reach 1e-10) and every output is the same softmax, which matches anything. Calibrated,
+    activations stay near unit scale, as in a trained net, and the outputs say something."""
+    rng = np.random.default_rng(SEED + 2)
+    batch = sample_inputs(model, rng, value_range, batch=8)
+    for layer in model.layers:
+        if not isinstance(layer, keras_module.layers.BatchNormalization):
+            continue
+        probe = keras_module.Model(model.inputs, layer.input)
+        x = np.asarray(probe(batch if len(batch) > 1 else batch[0], training=False), np.float64)
+        axes = tuple(i for i in range(x.ndim) if i != (layer.axis if layer.axis >= 0 else x.ndim + layer.axis))
+        gamma, beta, mean, var = layer.get_weights()
+        layer.set_weights([gamma, beta, x.mean(axes).astype(np.float32), (x.var(axes) + 1e-3).astype(np.float32)])
+
+
+def build(name: str, size: str, batch: int | None):
+    import keras
+
+    keras.utils.set_random_seed(SEED)
+    keras_module = keras
+    if name == "bilstm_tf_keras":
+        import tf_keras
+
+        tf_keras.utils.set_random_seed(SEED)
+        keras_module = tf_keras
+    model = ARCHITECTURES[name](keras, size, batch)
+    calibrate_batch_norms(model, keras_module, input_range(name))
+    return model
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", type=Path, required=True, help="directory for the .tflite files and manifest.json")
+    ap.add_argument("--size", choices=("small", "full"), default="small")
+    ap.add_argument("--only", nargs="*", default=None, help="architectures to make (default: all)")
+    ap.add_argument("--flavours", nargs="*", default=list(FLAVOURS), choices=FLAVOURS)
+    ap.add_argument("--batches", nargs="*", default=["open", "1"], choices=("open", "1"))
+    args = ap.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    manifest_path = args.out / "manifest.json"
+    manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
+    for name in args.only or ARCHITECTURES:
+        for batch_name in args.batches:
+            batch = None if batch_name == "open" else 1
+            model = build(name, args.size, batch)
+            for flavour in args.flavours:
+                stem = f"{name}_b{batch_name}_{flavour}"
+                t0 = time.perf_counter()
+                try:
+                    content = convert(model, flavour, input_range(name))
+                except Exception as e:  # the converter's refusals are facts about the model, recorded
+                    manifest[stem] = {"architecture": name, "batch": batch_name, "flavour": flavour,
+                                      "refused": f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"}
+                    print(f"{stem}: converter refused ({manifest[stem]['refused']})", file=sys.stderr)
+                    continue
+                (args.out / f"{stem}.tflite").write_bytes(content)
+                manifest[stem] = {"architecture": name, "batch": batch_name, "flavour": flavour, "size": args.size,
+                                  "bytes": len(content), "params": int(model.count_params()),
+                                  "input_range": input_range(name)}
+                print(f"{stem}: {len(content) / 1024:.0f} KiB in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+                manifest_path.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
