@@ -281,6 +281,29 @@ def convert(model, flavour: str, value_range: list[float] | None) -> bytes:
     return converter.convert()
 
 
+def convert_in_child(model, flavour: str, value_range: list[float] | None, out: Path) -> str:
+    """Convert in a forked child and write ``out``; "" on success, else why not. The converter segfaults on some
+    models (int8 calibration of a Keras 3 LSTM), which must not end the whole run."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: convert, report, and leave without running the parent's exit handlers
+        os.close(read)
+        message = b""
+        try:
+            out.write_bytes(convert(model, flavour, value_range))
+        except Exception as e:
+            message = f"{type(e).__name__}: {str(e).splitlines()[0][:300]}".encode()
+        os.write(write, message or b"ok")
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read, "rb") as f:
+        message = f.read().decode()
+    _, status = os.waitpid(pid, 0)
+    if os.WIFSIGNALED(status):
+        return f"the converter crashed (signal {os.WTERMSIG(status)})"
+    return "" if message == "ok" else message
+
+
 def calibrate_batch_norms(model, keras_module, value_range: list[float] | None) -> None:
     """Set each BatchNormalization's moving statistics to those of its input on sample data, in graph order.
 
@@ -299,6 +322,24 @@ def calibrate_batch_norms(model, keras_module, value_range: list[float] | None) 
         layer.set_weights([gamma, beta, x.mean(axes).astype(np.float32), (x.var(axes) + 1e-3).astype(np.float32)])
 
 
+def temper_logits(model, keras_module, value_range: list[float] | None) -> None:
+    """Scale the last layer with weights so its pre-activation output has a standard deviation of 2.
+
+    Calibrated random nets end in logits of ~100, and their softmax is one-hot: an output that hides every
+    difference short of a changed argmax. Logits of ~2 keep the softmax informative."""
+    last = [layer for layer in model.layers if getattr(layer, "kernel", None) is not None][-1]
+    activation = getattr(last, "activation", None)
+    if activation is not None:
+        last.activation = keras_module.activations.linear
+    batch = sample_inputs(model, np.random.default_rng(SEED + 3), value_range, batch=8)
+    probe = keras_module.Model(model.inputs, last.output)
+    std = float(np.std(np.asarray(probe(batch if len(batch) > 1 else batch[0], training=False))))
+    if activation is not None:
+        last.activation = activation
+    if std > 0:
+        last.set_weights([w * (2.0 / std) for w in last.get_weights()])
+
+
 def build(name: str, size: str, batch: int | None):
     import keras
 
@@ -311,6 +352,7 @@ def build(name: str, size: str, batch: int | None):
         keras_module = tf_keras
     model = ARCHITECTURES[name](keras, size, batch)
     calibrate_batch_norms(model, keras_module, input_range(name))
+    temper_logits(model, keras_module, input_range(name))
     return model
 
 
@@ -332,14 +374,14 @@ def main(argv: list[str] | None = None) -> int:
             for flavour in args.flavours:
                 stem = f"{name}_b{batch_name}_{flavour}"
                 t0 = time.perf_counter()
-                try:
-                    content = convert(model, flavour, input_range(name))
-                except Exception as e:  # the converter's refusals are facts about the model, recorded
+                refusal = convert_in_child(model, flavour, input_range(name), args.out / f"{stem}.tflite")
+                if refusal:  # the converter's refusals (and crashes) are facts about the model, recorded
                     manifest[stem] = {"architecture": name, "batch": batch_name, "flavour": flavour,
-                                      "refused": f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"}
-                    print(f"{stem}: converter refused ({manifest[stem]['refused']})", file=sys.stderr)
+                                      "refused": refusal}
+                    print(f"{stem}: converter refused ({refusal})", file=sys.stderr)
+                    manifest_path.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
                     continue
-                (args.out / f"{stem}.tflite").write_bytes(content)
+                content = (args.out / f"{stem}.tflite").read_bytes()
                 manifest[stem] = {"architecture": name, "batch": batch_name, "flavour": flavour, "size": args.size,
                                   "bytes": len(content), "params": int(model.count_params()),
                                   "input_range": input_range(name)}
