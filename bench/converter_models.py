@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -269,9 +270,9 @@ def convert(model, flavour: str, value_range: list[float] | None) -> bytes:
     if flavour in ("int8", "int8io", "uint8io"):
         rng = np.random.default_rng(SEED + 1)
 
-        def representative():
+        def representative():  # keyed by input name: the converter orders a model's inputs its own way
             for _ in range(8):
-                yield sample_inputs(model, rng, value_range)
+                yield {t.name: x for t, x in zip(model.inputs, sample_inputs(model, rng, value_range))}
 
         converter.representative_dataset = representative
     if flavour in ("int8io", "uint8io"):
@@ -279,29 +280,6 @@ def convert(model, flavour: str, value_range: list[float] | None) -> bytes:
         converter.inference_input_type = tf.int8 if flavour == "int8io" else tf.uint8
         converter.inference_output_type = converter.inference_input_type
     return converter.convert()
-
-
-def convert_in_child(model, flavour: str, value_range: list[float] | None, out: Path) -> str:
-    """Convert in a forked child and write ``out``; "" on success, else why not. The converter segfaults on some
-    models (int8 calibration of a Keras 3 LSTM), which must not end the whole run."""
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: convert, report, and leave without running the parent's exit handlers
-        os.close(read)
-        message = b""
-        try:
-            out.write_bytes(convert(model, flavour, value_range))
-        except Exception as e:
-            message = f"{type(e).__name__}: {str(e).splitlines()[0][:300]}".encode()
-        os.write(write, message or b"ok")
-        os._exit(0)
-    os.close(write)
-    with os.fdopen(read, "rb") as f:
-        message = f.read().decode()
-    _, status = os.waitpid(pid, 0)
-    if os.WIFSIGNALED(status):
-        return f"the converter crashed (signal {os.WTERMSIG(status)})"
-    return "" if message == "ok" else message
 
 
 def calibrate_batch_norms(model, keras_module, value_range: list[float] | None) -> None:
@@ -356,6 +334,34 @@ def build(name: str, size: str, batch: int | None):
     return model
 
 
+def convert_all(name: str, size: str, batch_name: str, flavours: list[str], out: Path) -> None:
+    """Build one model and write each flavour's .tflite, recording each in the manifest as it goes."""
+    model = build(name, size, None if batch_name == "open" else 1)
+    for flavour in flavours:
+        stem = f"{name}_b{batch_name}_{flavour}"
+        t0 = time.perf_counter()
+        try:
+            content = convert(model, flavour, input_range(name))
+        except Exception as e:  # the converter's refusals are facts about the model, recorded
+            record(out, stem, {"architecture": name, "batch": batch_name, "flavour": flavour,
+                               "refused": f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"})
+            continue
+        (out / f"{stem}.tflite").write_bytes(content)
+        record(out, stem, {"architecture": name, "batch": batch_name, "flavour": flavour, "size": size,
+                           "bytes": len(content), "params": int(model.count_params()),
+                           "input_range": input_range(name)})
+        print(f"{stem}: {len(content) / 1024:.0f} KiB in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+
+
+def record(out: Path, stem: str, entry: dict) -> None:
+    path = out / "manifest.json"
+    manifest = json.loads(path.read_text()) if path.exists() else {}
+    manifest[stem] = entry
+    path.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+    if "refused" in entry:
+        print(f"{stem}: converter refused ({entry['refused']})", file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, required=True, help="directory for the .tflite files and manifest.json")
@@ -363,30 +369,32 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", nargs="*", default=None, help="architectures to make (default: all)")
     ap.add_argument("--flavours", nargs="*", default=list(FLAVOURS), choices=FLAVOURS)
     ap.add_argument("--batches", nargs="*", default=["open", "1"], choices=("open", "1"))
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
-    manifest_path = args.out / "manifest.json"
-    manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
+    if args.child:
+        convert_all(args.only[0], args.size, args.batches[0], args.flavours, args.out)
+        return 0
+    # One child process per model: the converter segfaults on some (int8 calibration of a Keras 3 LSTM), which
+    # must not end the run. After a crash the flavour it died on is recorded and the rest go to a new child.
     for name in args.only or ARCHITECTURES:
         for batch_name in args.batches:
-            batch = None if batch_name == "open" else 1
-            model = build(name, args.size, batch)
-            for flavour in args.flavours:
-                stem = f"{name}_b{batch_name}_{flavour}"
-                t0 = time.perf_counter()
-                refusal = convert_in_child(model, flavour, input_range(name), args.out / f"{stem}.tflite")
-                if refusal:  # the converter's refusals (and crashes) are facts about the model, recorded
-                    manifest[stem] = {"architecture": name, "batch": batch_name, "flavour": flavour,
-                                      "refused": refusal}
-                    print(f"{stem}: converter refused ({refusal})", file=sys.stderr)
-                    manifest_path.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
-                    continue
-                content = (args.out / f"{stem}.tflite").read_bytes()
-                manifest[stem] = {"architecture": name, "batch": batch_name, "flavour": flavour, "size": args.size,
-                                  "bytes": len(content), "params": int(model.count_params()),
-                                  "input_range": input_range(name)}
-                print(f"{stem}: {len(content) / 1024:.0f} KiB in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
-                manifest_path.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+            todo = list(args.flavours)
+            while todo:
+                status = subprocess.run([sys.executable, "-W", "ignore", __file__, "--child", "--out", str(args.out),
+                                         "--size", args.size, "--only", name, "--batches", batch_name,
+                                         "--flavours", *todo]).returncode
+                manifest_path = args.out / "manifest.json"
+                manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
+                done = [f for f in todo if f"{name}_b{batch_name}_{f}" in manifest and
+                        manifest[f"{name}_b{batch_name}_{f}"].get("size", args.size) == args.size]
+                if status == 0:
+                    break
+                crashed = next(f for f in todo if f not in done)
+                record(args.out, f"{name}_b{batch_name}_{crashed}",
+                       {"architecture": name, "batch": batch_name, "flavour": crashed,
+                        "refused": f"the converter crashed (exit status {status})"})
+                todo = [f for f in todo if f not in done and f != crashed]
     return 0
 
 
