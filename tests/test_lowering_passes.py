@@ -176,6 +176,55 @@ def test_fuse_declines_a_tensor_read_twice():
     assert view.nodes == [0, 1, 2] and not view.postops
 
 
+def test_fuse_declines_a_tensor_also_read_through_a_dropped_reshape():
+    """NASNet's reduction cells: a pooled tensor feeds an ADD and, reshaped, another ADD. The reshape is dropped
+    (it shares the buffer); fusing the first ADD into the pool would leave the reshape's reader a sum."""
+    mb = ModelBuilder()
+    x = mb.input("x", [1, 1, 1, 8])
+    c, a, flat, b = (mb.tensor("c", [1, 1, 1, 8]), mb.tensor("a", [1, 1, 1, 8]), mb.tensor("flat", [8]),
+                     mb.tensor("b", [1, 1, 1, 8]))
+    conv(mb, x, (1, 1, 1, 8), c)
+    mb.op("ADD", [c, mb.const("k", np.ones(8, np.float32))], [a])
+    mb.op("RESHAPE", [c, mb.const("shape", np.array([8], np.int32))], [flat])
+    mb.op("ADD", [x, flat], [b])
+    mb.output(a, b)
+    view = view_of(graph_of(mb))
+    assert drop_reshape.run(view).applied == ["dropped node 2 (RESHAPE): no-op in PHWC4"]
+    result = fuse_elementwise.run(view, False, lambda t, mode: f"k{t}")
+    assert result.declined[0] == "node 1 (ADD) into node 0 (CONV_2D): tensor 1 is read elsewhere too"
+    assert 1 in view.nodes and 0 not in view.postops
+
+
+def test_fuse_declines_an_operand_that_a_later_kernel_writes_under_a_reshaped_name():
+    """An ADD of a conv's output and a reshape of a tensor computed after the conv cannot run inside the conv."""
+    mb = ModelBuilder()
+    x = mb.input("x", [1, 1, 1, 8])
+    c, p, flat, y = mb.tensor("c", [1, 1, 1, 8]), mb.tensor("p", [1, 1, 1, 8]), mb.tensor("flat", [8]), \
+        mb.tensor("y", [1, 1, 1, 8])
+    conv(mb, x, (1, 1, 1, 8), c)
+    conv(mb, x, (1, 1, 1, 8), p)
+    mb.op("RESHAPE", [p, mb.const("shape", np.array([8], np.int32))], [flat])
+    mb.op("ADD", [c, flat], [y])
+    mb.output(y)
+    view = view_of(graph_of(mb))
+    drop_reshape.run(view)
+    result = fuse_elementwise.run(view, False, lambda t, mode: f"k{t}")
+    assert result.declined == ["node 3 (ADD) into node 0 (CONV_2D): the other operand is not ready when the "
+                               "producer runs"]
+    assert view.nodes == [0, 1, 3]
+
+
+def test_merge_pad_declines_a_pad_also_read_through_a_dropped_reshape():
+    mb, _, p = pad_then_conv([[0, 0], [1, 1], [1, 1], [0, 0]])
+    flat = mb.tensor("flat", [7, 7, 3])
+    mb.op("RESHAPE", [p, mb.const("shape", np.array([7, 7, 3], np.int32))], [flat])
+    mb.output(flat)
+    view = view_of(graph_of(mb))
+    assert drop_reshape.run(view).applied == ["dropped node 2 (RESHAPE): no-op in PHWC4"]
+    result = merge_pad.run(view)
+    assert not result.applied and "leaves the partition" in result.declined[0]
+
+
 def test_fake_quant_step_after_a_quantized_output():
     mb = ModelBuilder()
     x = mb.input("x", [1, 4, 4, 8], np.int8, scale=0.25, zero_point=-3)

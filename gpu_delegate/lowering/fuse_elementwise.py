@@ -29,7 +29,8 @@ def run(view: PartitionView, quantized: bool, const_key: ConstKey) -> PassResult
             if p is None:
                 continue
             why_not = ""
-            if t in view.outputs or len(view.consumers(t)) != 1:
+            readers, leaves = view.buffer_readers(t)
+            if leaves or len(readers) != 1:
                 why_not = f"tensor {t} is read elsewhere too"
             elif len(node.outputs) != 1 or len(graph.nodes[p].outputs) != 1:
                 why_not = "a node with several outputs takes part"
@@ -38,6 +39,8 @@ def run(view: PartitionView, quantized: bool, const_key: ConstKey) -> PassResult
                 why_not = why_not or "the other operand broadcasts in a way a post-op cannot read"
             else:
                 operand = next((o.tensor_operand for o in ops if o.tensor_operand is not None), None)
+                while operand in view.aliases:  # a dropped reshape's output is written by its source's writer
+                    operand = view.aliases[operand]
                 if operand is not None and operand in root_of and position[root_of[operand]] >= position[p]:
                     why_not = "the other operand is not ready when the producer runs"
             if why_not:

@@ -42,8 +42,8 @@ def run(view: PartitionView) -> PassResult:
             result.declined.append(f"{node}: {pads}")
             continue
         out = node.outputs[0]
-        users = view.consumers(out)
-        if len(users) != 1 or out in view.outputs:
+        users, leaves = view.buffer_readers(out)
+        if len(users) != 1 or leaves:
             result.declined.append(f"{node}: its output is read by {len(users)} nodes or leaves the partition")
             continue
         user = graph.nodes[users[0]]

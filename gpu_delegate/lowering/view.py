@@ -64,6 +64,21 @@ class PartitionView:
     def consumers(self, t: int) -> list[int]:
         return [n for n in self.nodes if t in self.node_inputs(n)]
 
+    def buffer_readers(self, t: int) -> tuple[list[int], bool]:
+        """The nodes that read t's buffer, directly or through a dropped reshape that shares it, and whether the
+        buffer leaves the partition under any of those names. A pass that stops t from being written must ask
+        this, not ``consumers``: a reshape's reader reads t too."""
+        names = {t}
+        grew = True
+        while grew:
+            grew = False
+            for alias, source in self.aliases.items():
+                if source in names and alias not in names:
+                    names.add(alias)
+                    grew = True
+        readers = [n for n in self.nodes if names.intersection(self.node_inputs(n))]
+        return readers, bool(names.intersection(self.outputs))
+
     def node_inputs(self, n: int) -> list[int]:
         return [self.read_as.get((n, k), t) for k, t in enumerate(self.graph.nodes[n].inputs)]
 
