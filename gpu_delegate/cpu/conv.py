@@ -375,6 +375,20 @@ def _requantize(acc: np.ndarray, corr: np.ndarray, multiplier: np.ndarray, right
             o[c] = min(max(q + zero_point, qmin), qmax)
 
 
+@numba.njit(cache=True, nogil=True)
+def _requantize_single(acc: np.ndarray, corr: np.ndarray, multiplier: np.ndarray, total: np.ndarray,
+                       zero_point: int, qmin: int, qmax: int, out: np.ndarray) -> None:
+    """out = clamp(zp + ((acc + corr[c]) * m[c] + 2^(t[c] - 1)) >> t[c], qmin, qmax): TFLite's single-rounding
+    MultiplyByQuantizedMultiplier (t = 31 - shift), one rounding half up instead of two."""
+    rows, ch = acc.shape
+    for r in range(rows):
+        a = acc[r]
+        o = out[r]
+        for c in range(ch):
+            q = ((np.int64(np.int32(a[c])) + corr[c]) * multiplier[c] + (np.int64(1) << (total[c] - 1))) >> total[c]
+            o[c] = min(max(q + zero_point, qmin), qmax)
+
+
 # -- float ops ----------------------------------------------------------------------------------------------
 
 def patches(x: np.ndarray, win: Window, c0: int, cg: int, pad_value: float, r0: int, r1: int) -> np.ndarray:
@@ -508,20 +522,25 @@ class Requant:
     qmin: int  # fused activation clamp, on the output's grid
     qmax: int
     dtype: np.dtype
+    single_rounding: bool = False  # LiteRT's reference FULLY_CONNECTED rounds once; its convolutions twice
 
 
 def requantize(acc: np.ndarray, corr: np.ndarray, rq: Requant, out: np.ndarray | None = None) -> np.ndarray:
     """acc (rows, O) integer-valued float32/float64, corr int64 [O] (bias and zero-point terms); written to
     ``out`` (rq.dtype, C-contiguous rows) when given. Returns the result."""
     buf = np.empty(acc.shape, np.int8) if out is None else out.view(np.int8)
-    multiplier = rq.multiplier << np.maximum(rq.shift, 0)
-    right = np.maximum(-rq.shift, 0)
-    mask = (np.int64(1) << right) - 1
+    # One kernel for both types: uint8 is computed as v - 128 in int8, then the top bit is flipped.
+    offset = 128 if rq.dtype == np.uint8 else 0
+    zp, lo, hi = rq.zero_point - offset, rq.qmin - offset, rq.qmax - offset
+    if rq.single_rounding:
+        _requantize_single(acc, corr, rq.multiplier, 31 - rq.shift, zp, lo, hi, buf)
+    else:
+        multiplier = rq.multiplier << np.maximum(rq.shift, 0)
+        right = np.maximum(-rq.shift, 0)
+        mask = (np.int64(1) << right) - 1
+        _requantize(acc, corr, multiplier, right, mask, zp, lo, hi, buf)
     if rq.dtype != np.uint8:
-        _requantize(acc, corr, multiplier, right, mask, rq.zero_point, rq.qmin, rq.qmax, buf)
         return buf
-    # One kernel for both types: compute v - 128 in int8, then flip the top bit to get v as uint8.
-    _requantize(acc, corr, multiplier, right, mask, rq.zero_point - 128, rq.qmin - 128, rq.qmax - 128, buf)
     res = buf.view(np.uint8)
     np.bitwise_xor(res, np.uint8(0x80), out=res)
     return res

@@ -108,10 +108,11 @@ def dequantized(node: Node, graph: Graph, inputs: list[np.ndarray | None], i: in
 
 
 def requant_params(node: Node, x: Tensor, w: Tensor, y: Tensor, channels: int,
-                   per_channel_math: bool) -> K.Requant:
+                   per_channel_math: bool, single_rounding: bool = False) -> K.Requant:
     """TFLite's output multipliers. The per-channel kernels (int8 conv) compute input_scale * filter_scale /
     output_scale in double; the per-tensor ones (uint8, per-tensor FC) take the product in float32 first
-    (GetQuantizedConvolutionMultipler). The two differ at rounding ties."""
+    (GetQuantizedConvolutionMultipler). The two differ at rounding ties. ``single_rounding``: the kernel rounds
+    acc * multiplier once (LiteRT's reference int8 FULLY_CONNECTED), not twice (its convolutions)."""
     in_s, _ = quant_of(node, x).scalar()
     out_s, out_zp = quant_of(node, y).scalar()
     ws = quant_of(node, w).scale
@@ -123,7 +124,7 @@ def requant_params(node: Node, x: Tensor, w: Tensor, y: Tensor, channels: int,
     if mult.size == 1:
         mult, shift = np.repeat(mult, channels), np.repeat(shift, channels)
     qmin, qmax = activation_range(activation(node), out_s, out_zp, y.dtype)
-    return K.Requant(mult, shift, out_zp, qmin, qmax, y.dtype)
+    return K.Requant(mult, shift, out_zp, qmin, qmax, y.dtype, single_rounding)
 
 
 def filter_zp(node: Node, w: Tensor, channels: int) -> np.ndarray:
@@ -492,6 +493,10 @@ class Convolution2DTransposeBias(Op):
 
 # -- FULLY_CONNECTED -----------------------------------------------------------------------------------------
 
+# Input types whose FULLY_CONNECTED LiteRT's reference kernels requantize with one rounding (measured against
+# LiteRT 2.3's BUILTIN_REF kernels: the 12k-value case of tests/test_ops_conv.py::test_fully_connected_quant)
+FC_SINGLE_ROUNDING: dict[np.dtype, bool] = {np.dtype(np.int8): True, np.dtype(np.uint8): True}
+
 def _fc_shape(node: Node, xs: tuple[int, ...], ws: tuple[int, ...]) -> tuple[int, ...]:
     k = ws[1]
     size = int(np.prod(xs, dtype=np.int64))
@@ -558,7 +563,8 @@ class FullyConnected(Op):
             return [y.reshape(shape)]
         qm = with_const(node, graph, 1, "quant_matrix", lambda: K.quant_matrix(w.T, filter_zp(node, wt, o)))
         rq = graph.prepared(("requant", node.index),
-                      lambda: requant_params(node, xt, wt, yt, o, per_channel_math=quant_of(node, wt).per_channel))
+                      lambda: requant_params(node, xt, wt, yt, o, per_channel_math=quant_of(node, wt).per_channel,
+                                             single_rounding=FC_SINGLE_ROUNDING.get(np.dtype(xt.dtype), False)))
         xs, shift = K.int8_range(x2)
         out = K.linear_quant(xs, quant_of(node, xt).scalar()[1] - shift, qm, int_bias(inputs, 2, o), rq)
         return [out.reshape(shape)]
