@@ -159,7 +159,7 @@ class SubgraphRun:
             if self.values[t] is None:
                 self.values[t] = zeros(graph.tensors[t].shape, graph.tensors[t].dtype)
         if not was_allocated:  # like TFLite: RNN state restarts when tensors are (re)allocated
-            self.reset_variables()
+            self.reset_variables(allocating=True)
         for step in self.steps:
             if isinstance(step, Delegated):
                 for t in step.partition.inputs:  # read by prepare for their shapes; CPU nodes have not run
@@ -181,10 +181,14 @@ class SubgraphRun:
                 self.backend_of[i] = step.backend
                 self.why_cpu.pop(i, None)
 
-    def reset_variables(self) -> None:
-        """Every variable tensor (RNN state) back to zero (a quantized one: its zero point)."""
+    def reset_variables(self, allocating: bool = False) -> None:
+        """Every variable tensor (RNN state) back to zero (a quantized one: its zero point). At allocation, one
+        that a DEQUANTIZE of a constant writes gets that value instead (shapes.resolve): as in LiteRT, which
+        dequantizes it once then, and whose reset_all_variables zeroes it."""
         for t in self.resolved.tensors:
-            if t.is_variable:
+            if allocating and t.index in self.resolved.variable_init:
+                self.values[t.index] = np.array(self.resolved.variable_init[t.index], t.dtype, copy=True)
+            elif t.is_variable:
                 zero = t.quant.scalar()[1] if t.quant is not None and t.dtype.kind in "iu" else 0
                 self.values[t.index] = np.full(t.shape, zero, t.dtype)
 

@@ -100,6 +100,9 @@ class Graph:
     # In a graph resolved for one allocation (shapes.resolve): nodes computed then, whose outputs are now
     # constants (shape arithmetic); they run no more and nothing partitions them
     folded: frozenset[int] = frozenset()
+    # Variable tensors a folded DEQUANTIZE of a constant writes: their value at allocation (LiteRT dequantizes a
+    # constant once, so the state an RNN op then updates in place carries over)
+    variable_init: dict[int, np.ndarray] = field(default_factory=dict)
 
     @property
     def live_nodes(self) -> list[Node]:

@@ -88,7 +88,12 @@ def _resolve(graph: Graph, input_shapes: Mapping[int, Shape], runtime: Runtime |
                     check_tensor_size(tensors[t], node, where)
                 except ModelError as e:
                     raise ShapeError(str(e)) from None
-        if _foldable(op, node, tensors, known):
+        if _initialises_a_variable(node, tensors, known):
+            value = run_node(node, resolved, [tensors[t].data for t in node.inputs], where)[0]
+            check_run_shape(value, tensors[node.outputs[0]], node, where)
+            resolved.variable_init[node.outputs[0]] = value
+            folded.add(node.index)
+        elif _foldable(op, node, tensors, known):
             values = [None if t < 0 else tensors[t].data if t in known
                       else np.broadcast_to(np.zeros((), tensors[t].dtype), tensors[t].shape) for t in node.inputs]
             for t, v in zip(node.outputs, run_node(node, resolved, values, where)):
@@ -107,6 +112,14 @@ def _foldable(op: type, node: Node, tensors: list[Tensor], known: set[int]) -> b
     if not all(t < 0 or t in known or shapes_only for t in node.inputs):
         return False
     return all(t >= 0 and not tensors[t].is_variable and tensors[t].size <= FOLD_MAX_ELEMENTS for t in node.outputs)
+
+
+def _initialises_a_variable(node: Node, tensors: list[Tensor], known: set[int]) -> bool:
+    """A DEQUANTIZE of a constant into a variable tensor (the converter's fp16 RNN states): LiteRT computes it
+    once, and the RNN op then updates the variable in place, so it is the variable's initial value, not a node
+    that resets the state at every invoke."""
+    return node.op == "DEQUANTIZE" and len(node.outputs) == 1 and node.outputs[0] >= 0 and \
+        tensors[node.outputs[0]].is_variable and all(t >= 0 and t in known for t in node.inputs)
 
 
 def _make_dynamic(outs: list[Tensor]) -> None:

@@ -13,8 +13,11 @@ from .reference import assert_float_close, litert_interpreter, run_litert, run_o
 
 def lstm_model(time=5, batch=3, n_input=7, n_cell=6, n_output=4, time_major=True, cifg=False, peephole=False,
                projection=False, projection_bias=True, layer_norm=False, diagonal=False, cell_clip=0.0,
-               proj_clip=0.0, activation="TANH", weight_dtype=np.float32, seed=0) -> bytes:
-    """The node's 24 inputs in TFLite's order (lstm_shared.h); -1 for each omitted optional one."""
+               proj_clip=0.0, activation="TANH", weight_dtype=np.float32, state_from_fp16=False, seed=0) -> bytes:
+    """The node's 24 inputs in TFLite's order (lstm_shared.h); -1 for each omitted optional one.
+    ``state_from_fp16``: the output state is written by a DEQUANTIZE of an fp16 constant, as the converter makes
+    fp16 models.
+    """
     rng = np.random.default_rng(seed)
     mb = ModelBuilder()
     n_out = n_output if projection else n_cell
@@ -34,8 +37,10 @@ def lstm_model(time=5, batch=3, n_input=7, n_cell=6, n_output=4, time_major=True
     ins += [-1 if skip_input_gate[g] else w(f"bias_{gates[g]}", [n_cell]) for g in range(4)]
     ins += [w("proj_w", [n_out, n_cell]) if projection else -1,
             w("proj_b", [n_out]) if projection and projection_bias else -1]
-    ins += [mb.tensor("h", [batch, n_out], is_variable=True),
-            mb.tensor("c", [batch, n_cell], is_variable=True)]
+    h = mb.tensor("h", [batch, n_out], is_variable=True)
+    if state_from_fp16:
+        mb.op("DEQUANTIZE", [w("h0", [batch, n_out], np.float16)], [h])
+    ins += [h, mb.tensor("c", [batch, n_cell], is_variable=True)]
     ins += [w(f"ln_{gates[g]}", [n_cell]) if layer_norm and not skip_input_gate[g] else -1 for g in range(4)]
     y = mb.tensor("y", [time, batch, n_out] if time_major else [batch, time, n_out])
     mb.op("UNIDIRECTIONAL_SEQUENCE_LSTM", ins, [y], fused_activation_function=activation, cell_clip=cell_clip,
@@ -121,3 +126,28 @@ def test_lstm_rejects_hybrid_weights():
     content = lstm_model(weight_dtype=np.int8)
     with pytest.raises(gd.ModelError, match=r"UNIDIRECTIONAL_SEQUENCE_LSTM.*float32"):
         gd.Interpreter(model_content=content)
+
+
+def test_state_written_by_a_dequantized_constant():
+    """The converter's fp16 Bidirectional LSTMs: the state variable is the output of a DEQUANTIZE of an fp16
+    constant. LiteRT dequantizes it once, at allocation, and the LSTM updates it in place, so the state carries
+    over to the next invoke; reset_all_variables zeroes it."""
+    content = lstm_model(state_from_fp16=True)
+    x = input_for(content)
+    ref = litert_interpreter(content)
+    ours = gd.Interpreter(model_content=content)
+    for it in (ref, ours):
+        it.allocate_tensors()
+        it.set_tensor(it.get_input_details()[0]["index"], x)
+
+    def outputs(it) -> list[np.ndarray]:
+        it.invoke()
+        return [it.get_tensor(d["index"]) for d in it.get_output_details()]
+
+    for step in ("first invoke", "second invoke (the state carried over)"):
+        for o, r in zip(outputs(ours), outputs(ref)):
+            assert_float_close(o, r, 1e-5, what=step)
+    ref.reset_all_variables()
+    ours.reset_all_variables()
+    for o, r in zip(outputs(ours), outputs(ref)):
+        assert_float_close(o, r, 1e-5, what="after reset_all_variables")
