@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 import time
 import traceback
@@ -97,11 +98,20 @@ def run_interpreter(it: Any, inputs: list[np.ndarray]) -> list[np.ndarray]:
     return [np.array(it.get_tensor(d["index"])) for d in it.get_output_details()]
 
 
-def litert_outputs(content: bytes, inputs: list[np.ndarray], reference_kernels: bool = False) -> list[np.ndarray]:
+def litert_interpreter(content: bytes, kernels: str = "default", preserve_all_tensors: bool = False) -> Any:
+    """LiteRT with its "default" kernels (XNNPACK first), its optimized "builtin" ones, or its "reference" ones."""
     from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
-    kind = OpResolverType.BUILTIN_REF if reference_kernels else OpResolverType.AUTO
-    return run_interpreter(Interpreter(model_content=content, experimental_op_resolver_type=kind), inputs)
+    kind = {"default": OpResolverType.AUTO, "builtin": OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES,
+            "reference": OpResolverType.BUILTIN_REF}[kernels]
+    with warnings.catch_warnings():  # "preserve_all_tensors is intended for debugging": so it is here
+        warnings.simplefilter("ignore")
+        return Interpreter(model_content=content, experimental_op_resolver_type=kind,
+                           experimental_preserve_all_tensors=preserve_all_tensors)
+
+
+def litert_outputs(content: bytes, inputs: list[np.ndarray], reference_kernels: bool = False) -> list[np.ndarray]:
+    return run_interpreter(litert_interpreter(content, "reference" if reference_kernels else "default"), inputs)
 
 
 def distances(ours: list[np.ndarray], ref: list[np.ndarray]) -> list[float]:
@@ -140,6 +150,7 @@ class References:
         self.default = litert_outputs(content, inputs)
         self._reference: list[np.ndarray] | None | bool = False
         self._twin: list[np.ndarray] | None | bool = False
+        self._builtin: list[np.ndarray] | None = None
 
     @property
     def reference(self) -> list[np.ndarray] | None:
@@ -149,6 +160,16 @@ class References:
             except (RuntimeError, ValueError):
                 self._reference = None
         return self._reference  # type: ignore[return-value]
+
+    @property
+    def second(self) -> tuple[list[np.ndarray], str]:
+        """LiteRT's second opinion: its reference kernels, or where those cannot run the model (BUILTIN_REF lacks
+        newer op versions, TILE v3 say) its optimized builtin kernels."""
+        if self.reference is not None:
+            return self.reference, "reference"
+        if self._builtin is None:
+            self._builtin = run_interpreter(litert_interpreter(self.content, "builtin"), self.inputs)
+        return self._builtin, "builtin"
 
     @property
     def float_twin(self) -> list[np.ndarray] | None:
@@ -195,16 +216,43 @@ def judge(kind: str, on_cpu: bool, ours: list[np.ndarray], refs: References) -> 
         return Verdict(same, max(d_default, default=0.0),
                        ("=ref" if same else f"{fmt(distances(ours, ref), ref)} from the reference kernels")
                        + f"; {fmt(d_default, default)} from LiteRT's default kernels")
-    if all(d <= b for d, b in zip(d_default, bounds)) or ref is None:
-        ok = all(d <= b for d, b in zip(d_default, bounds))
-        return Verdict(ok, max(d_default, default=0.0), fmt(d_default, default))
-    # LiteRT's two kernel sets round differently and on deep int8 nets part by many steps; we pass when we are
-    # within the bound of either, or no further from the nearer one than they are from each other.
-    gap, d_ref = distances(default, ref), distances(ours, ref)
-    nearest = [min(a, b) for a, b in zip(d_default, d_ref)]
+    if all(d <= b for d, b in zip(d_default, bounds)):
+        return Verdict(True, max(d_default, default=0.0), fmt(d_default, default))
+    # LiteRT's kernel sets round differently and on deep int8 nets part by many steps; we pass when we are within
+    # the bound of either, or no further from the nearer one than they are from each other.
+    other, label = refs.second
+    gap, d_other = distances(default, other), distances(ours, other)
+    nearest = [min(a, b) for a, b in zip(d_default, d_other)]
     ok = all(n <= max(b, g) for n, b, g in zip(nearest, bounds, gap))
-    return Verdict(ok, max(nearest), f"{fmt(d_default, default)} from LiteRT's default kernels, {fmt(d_ref, ref)} "
-                                     f"from its reference kernels, which are {fmt(gap, ref)} apart")
+    text = (f"{fmt(d_default, default)} from LiteRT's default kernels, {fmt(d_other, other)} from its {label} "
+            f"kernels, which are {fmt(gap, other)} apart")
+    return Verdict(ok, max(nearest), text)
+
+
+def node_steps(content: bytes, inputs: list[np.ndarray], it: gd.Interpreter, kernels: str) -> int:
+    """Each integer node of our CPU path fed the inputs LiteRT's ``kernels`` gave it: the largest step between
+    its outputs and LiteRT's. The op-level check of an int8 network, which end to end is chaotic."""
+    from gpu_delegate.ops import get_op
+
+    ref_it = litert_interpreter(content, kernels, preserve_all_tensors=True)
+    run_interpreter(ref_it, inputs)
+    graph = it.graph
+    mine = {t.index: t.data for t in graph.tensors if t.data is not None}
+    worst = 0
+    for node in graph.nodes:
+        op = get_op(node.op)
+        if op is None or node.op in ("WHILE", "IF", "CALL_ONCE"):
+            continue
+        try:
+            ins = [None if t < 0 else mine[t] if t in mine else ref_it.get_tensor(t) for t in node.inputs]
+            refs = [ref_it.get_tensor(t) for t in node.outputs]
+        except ValueError:  # a tensor LiteRT folded away
+            continue
+        for out, ref in zip(op.run_cpu(node, graph, ins), refs):
+            out = np.asarray(out)
+            if ref is not None and ref.dtype.kind in "iu" and out.shape == ref.shape and ref.size:
+                worst = max(worst, int(np.max(np.abs(out.astype(np.int64) - ref.astype(np.int64)))))
+    return worst
 
 
 def flatness(ref: list[np.ndarray]) -> float:
@@ -218,20 +266,18 @@ def flatness(ref: list[np.ndarray]) -> float:
 def probe_error(content: bytes, inputs: list[np.ndarray], it: gd.Interpreter) -> float:
     """Largest relative error (max|ours - ref| / max|ref|) over every float tensor of the main graph that both
     our CPU path and LiteRT's builtin kernels computed (LiteRT keeps them all when asked to)."""
-    from ai_edge_litert.interpreter import Interpreter, OpResolverType
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        ref_it = Interpreter(model_content=content, experimental_preserve_all_tensors=True,
-                             experimental_op_resolver_type=OpResolverType.BUILTIN)
+    ref_it = litert_interpreter(content, "builtin", preserve_all_tensors=True)
     run_interpreter(ref_it, inputs)
     known = {t.index for t in it.graph.tensors if t.data is not None}
+    read = {t for node in it.graph.nodes for t in node.inputs} | set(it.graph.outputs)
     worst = 0.0
     for node in it.graph.nodes:
         if all(t < 0 or t in known for t in node.inputs):  # computed from constants: LiteRT folds these away
             known.update(node.outputs)
             continue
         for t in node.outputs:
+            if t not in read:  # a WHILE's pass-through loop variables nobody reads: LiteRT need not write them
+                continue
             try:
                 ref = ref_it.get_tensor(t)
                 ours = it.get_tensor(t)
@@ -252,7 +298,7 @@ def cpu_nodes(it: gd.Interpreter) -> str:
     for d in it.get_ops_details():
         if d["backend"] == "cpu":
             seen[d["op_name"]] += 1
-            why.setdefault(d["op_name"], reasons.get(d["index"], ""))
+            why.setdefault(d["op_name"], reasons.get(d["index"], "supported; its partition is past the limit"))
     return "; ".join(f"{op} x{n}: {why[op]}" if n > 1 else f"{op}: {why[op]}" for op, n in seen.items())
 
 
@@ -271,7 +317,10 @@ def model_kind(name: str) -> str:
     return "dynrange" if "_dynrange" in name else "int8" if "int8" in name else "float"
 
 
-def check_model(path: Path, backends: list[str]) -> ModelResult:
+def check_model(path: Path, backends: list[str], delegates: dict[str, gd.SimpleDelegate] | None = None
+                ) -> ModelResult:
+    """``path`` on each backend ("cpu", "cl", "gl") against LiteRT; ``delegates`` may hand in a GPU delegate per
+    backend (one shared delegate reuses the programs it compiled), else each backend gets a new one."""
     content = path.read_bytes()
     value_range = manifest_entry(path).get("input_range")
     kind = model_kind(path.stem)
@@ -291,15 +340,21 @@ def check_model(path: Path, backends: list[str]) -> ModelResult:
     for backend in backends:
         t0 = time.perf_counter()
         try:
-            delegates = [] if backend == "cpu" else [gd.GpuDelegate(backend=backend)]
+            chosen = [] if backend == "cpu" else [(delegates or {}).get(backend) or gd.GpuDelegate(backend=backend)]
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                it = gd.Interpreter(model_content=content, experimental_delegates=delegates)
+                it = gd.Interpreter(model_content=content, experimental_delegates=chosen)
                 outs = run_interpreter(it, inputs)
             result.cells[backend] = judge(kind, backend == "cpu", outs, refs)
             if backend == "cpu" and kind == "float" and result.reference == "LiteRT":
                 err = probe_error(content, inputs, it)
                 result.cells["cpu probes"] = Verdict(err <= FLOAT_REL, err, f"{err:.1e}")
+            if backend == "cpu" and kind == "int8" and result.reference == "LiteRT":
+                # node by node: bit-exact with the reference kernels, or within a step of the optimized ones
+                kernels = "reference" if refs.reference is not None else "builtin"
+                steps = node_steps(content, inputs, it, kernels)
+                result.cells["cpu nodes"] = Verdict(steps <= (kernels == "builtin"), steps,
+                                                    f"{steps} steps from LiteRT's {kernels} kernels")
             if backend != "cpu":
                 result.gpu_share[backend] = gpu_share(it)
                 result.on_cpu[backend] = cpu_nodes(it)
@@ -317,6 +372,13 @@ def check_model(path: Path, backends: list[str]) -> ModelResult:
     return result
 
 
+def table_cell(r: ModelResult, backend: str) -> str:
+    """A backend's verdict; the CPU path's cell adds its node-by-node, probe and batch-2 checks."""
+    parts = [(k, v) for k, v in r.cells.items() if k == backend or (backend == "cpu" and k.startswith("cpu "))]
+    return "; ".join((f"{k[4:]}: " if k != backend else "") + ("ok " if v.ok else "**FAIL** ") + v.text
+                     for k, v in parts)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("directory", type=Path)
@@ -324,6 +386,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", nargs="*", default=None, help="substrings of model names to keep")
     ap.add_argument("--json", type=Path, default=None, help="write every result here")
     args = ap.parse_args(argv)
+    logging.getLogger("gpu_delegate").setLevel(logging.ERROR)  # the per-model CPU fallback lines: the table says it
     backends = args.backends.split(",")
     paths = sorted(args.directory.glob("*.tflite"))
     if args.only:
@@ -347,7 +410,7 @@ def main(argv: list[str] | None = None) -> int:
         if twin is not None and twin is not r and twin.gpu_share != r.gpu_share:
             share += f" (batch-1 twin: {' / '.join(f'{100 * s:.0f}%' for s in twin.gpu_share.values())})"
         cpu_text = next((t for t in r.on_cpu.values() if t), "")
-        cells = " | ".join(("ok " if v.ok else "**FAIL** ") + v.text for b, v in r.cells.items() if b in backends)
+        cells = " | ".join(table_cell(r, b) for b in backends)
         print(f"| {r.name} | {r.ops} | {cells} | {share} | {cpu_text} |")
     failed = [r.name for r in results if not r.ok]
     print(f"\n{len(results) - len(failed)} of {len(results)} models pass" + (f"; failing: {failed}" if failed else ""))
