@@ -232,7 +232,7 @@ class PlanRunner:
         self.timings["compile_s"] = time.perf_counter() - t0
         if compiled:
             log.info("%s: compiled %d kernels in %d programs in %.2f s", self.backend.name, compiled,
-                     len({p.unit for p in self.programs if p.unit not in binaries}), self.timings["compile_s"])
+                     len({p.unit for p in programs if p.unit not in binaries}), self.timings["compile_s"])
         return compiled
 
     def warm_up(self, feeds: dict[int, np.ndarray], codes: dict[int, tuple[float, int]] | None = None,
