@@ -131,7 +131,8 @@ def test_a_serialization_dir_tunes_only_where_tuning_pays(tmp_path, monkeypatch)
     first start pay for it there."""
     monkeypatch.setattr(runner_mod.PlanRunner, "_time", lambda *a, **k: pytest.fail("tuned on a CPU device"))
     d = gd.GpuDelegate(backend="cl", serialization_dir=tmp_path, model_token="cpu")
-    assert d.backend.device_info()["device_type"] not in runner_mod.TUNE_FOR_CACHE
+    if d.backend.device_info()["device_type"] in runner_mod.TUNE_FOR_CACHE:
+        pytest.skip("a device where tuning pays")
     it = gd.Interpreter(model_content=CONTENT, experimental_delegates=[d])
     run(it, INPUTS)
     assert not runner_of(it).plan.tuned

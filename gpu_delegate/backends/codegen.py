@@ -286,11 +286,13 @@ def _cl_wide_finishers(spec: KernelSpec, prototypes: bool = False) -> str:
         if a.role != "out":
             continue
         t = a.name
-        if not _finishes(spec, a):
-            if prototypes:  # a macro, so that a kernel's index arithmetic for it is dead code
-                out.append(f"#define {t}_finish16(v, ...) (v)\n")
-            continue
         head = f"__attribute__((always_inline)) inline float16 {t}_finish16(float16 v, int4 i BUFS_DECL)"
+        if not _finishes(spec, a):
+            # nothing to apply: inlined, the call's index arithmetic is dead code (a variadic macro would do
+            # without inlining, but NVIDIA's OpenCL compiler refuses variadic macros)
+            if prototypes:
+                out.append(f"{head} {{ return v; }}\n")
+            continue
         if prototypes:
             out.append(head + ";\n")
             continue
