@@ -56,8 +56,11 @@ print(json.dumps({"import_s": t1 - t0, "start_s": t3 - t1, "prepare_s": t2 - t1,
 
 def run_child(model: Path, backend: str, drivers: Path, serialized: Path | None) -> dict:
     env = dict(os.environ)
-    env.update(POCL_CACHE_DIR=str(drivers / "pocl"), MESA_SHADER_CACHE_DIR=str(drivers / "mesa"),
-               PYOPENCL_CACHE_DIR=str(drivers / "pyopencl"), XDG_CACHE_HOME=str(drivers / "xdg"))
+    folders = {"POCL_CACHE_DIR": "pocl", "MESA_SHADER_CACHE_DIR": "mesa", "PYOPENCL_CACHE_DIR": "pyopencl",
+               "XDG_CACHE_HOME": "xdg"}
+    for variable, folder in folders.items():
+        (drivers / folder).mkdir(parents=True, exist_ok=True)  # Mesa makes no parent folders: no cache without
+        env[variable] = str(drivers / folder)
     out = subprocess.run([sys.executable, "-c", CHILD, str(model), backend, str(serialized or "")],
                          env=env, capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
