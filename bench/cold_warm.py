@@ -12,8 +12,12 @@ Each cell is the median of --repeats processes (each cold one with its own empty
 shared, so the load average is printed next to the numbers. Also: the first invoke against the second, in
 the cold processes (both after allocate_tensors), and the import time.
 
+With --baseline PACKAGE (another copy of the package importable under that name, say the fork point's
+gpu_delegate renamed gpu_delegate_old on PYTHONPATH), every cell is measured for both, their processes
+interleaved so that the load of a shared machine falls on both alike.
+
     python bench/cold_warm.py [--models mobilenet/mobilenet_v2_224_fp32,real/face_detection_short_range]
-                              [--backends cl,gl] [--repeats 3]
+                              [--backends cl,gl] [--repeats 3] [--baseline gpu_delegate_old]
 """
 
 from __future__ import annotations
@@ -33,8 +37,9 @@ DEFAULT = ["mobilenet/mobilenet_v2_224_fp32", "real/face_detection_short_range"]
 CHILD = r"""
 import json, sys, time
 t0 = time.perf_counter()
+import importlib
 import numpy as np
-import gpu_delegate as gd
+gd = importlib.import_module(sys.argv[4])
 t1 = time.perf_counter()
 path, backend, cache_dir = sys.argv[1:4]
 d = gd.GpuDelegate(backend=backend, serialization_dir=cache_dir or None, model_token="bench")
@@ -54,14 +59,15 @@ print(json.dumps({"import_s": t1 - t0, "start_s": t3 - t1, "prepare_s": t2 - t1,
 """
 
 
-def run_child(model: Path, backend: str, drivers: Path, serialized: Path | None) -> dict:
+def run_child(model: Path, backend: str, drivers: Path, serialized: Path | None, package: str = "gpu_delegate"
+              ) -> dict:
     env = dict(os.environ)
     folders = {"POCL_CACHE_DIR": "pocl", "MESA_SHADER_CACHE_DIR": "mesa", "PYOPENCL_CACHE_DIR": "pyopencl",
                "XDG_CACHE_HOME": "xdg"}
     for variable, folder in folders.items():
         (drivers / folder).mkdir(parents=True, exist_ok=True)  # Mesa makes no parent folders: no cache without
         env[variable] = str(drivers / folder)
-    out = subprocess.run([sys.executable, "-c", CHILD, str(model), backend, str(serialized or "")],
+    out = subprocess.run([sys.executable, "-c", CHILD, str(model), backend, str(serialized or ""), package],
                          env=env, capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -76,40 +82,50 @@ def main() -> None:
     ap.add_argument("--backends", default="cl,gl")
     ap.add_argument("--repeats", type=int, default=3, help="fresh processes per cell (median)")
     ap.add_argument("--output_json", type=Path)
+    ap.add_argument("--baseline", default="", help="another package to measure alongside (interleaved)")
     args = ap.parse_args()
     if not MODELS.is_dir():
         sys.exit(f"the shared models folder {MODELS} is absent")
+    packages = ["gpu_delegate", *([args.baseline] if args.baseline else [])]
     rows = []
     for name in args.models.split(","):
         model = MODELS / f"{name}.tflite"
         for backend in args.backends.split(","):
             with tempfile.TemporaryDirectory() as tmp:
                 root = Path(tmp)
-                run_child(model, backend, root / "numba-warm-up", None)  # untimed: warms numba's own cache
-                cold, with_dir, warm, dir_only = [], [], [], []
+                runs: dict[str, dict[str, list[dict]]] = {p: {"cold": [], "dir": [], "warm": [], "dir_only": []}
+                                                          for p in packages}
                 load = os.getloadavg()[0]
+                for p in packages:
+                    run_child(model, backend, root / p / "numba-warm-up", None, p)  # untimed: numba's own cache
                 for k in range(args.repeats):
-                    cold.append(run_child(model, backend, root / f"cold{k}", None))
-                    with_dir.append(run_child(model, backend, root / f"dir{k}", root / f"serialized{k}"))
+                    for p in packages:
+                        runs[p]["cold"].append(run_child(model, backend, root / p / f"cold{k}", None, p))
+                        runs[p]["dir"].append(run_child(model, backend, root / p / f"dir{k}",
+                                                        root / p / f"serialized{k}", p))
                 for k in range(args.repeats):
-                    warm.append(run_child(model, backend, root / "dir0", root / "serialized0"))
-                    dir_only.append(run_child(model, backend, root / f"empty{k}", root / "serialized0"))
+                    for p in packages:
+                        serialized = root / p / "serialized0"
+                        runs[p]["warm"].append(run_child(model, backend, root / p / "dir0", serialized, p))
+                        runs[p]["dir_only"].append(run_child(model, backend, root / p / f"empty{k}", serialized, p))
                 load = (load + os.getloadavg()[0]) / 2
-            row = {"model": name.split("/")[-1], "backend": backend,
-                   "gpu": f"{cold[0]['nodes_on_gpu']}/{cold[0]['nodes']}",
-                   "cold_s": median(cold, "start_s"), "dir_s": median(with_dir, "start_s"),
-                   "warm_s": median(warm, "start_s"), "dir_only_s": median(dir_only, "start_s"),
-                   "first_over_second": statistics.median(r["first_s"] / r["second_s"] for r in cold),
-                   "import_s": median(cold, "import_s"), "warm_hits": warm[0]["hits"], "load": load,
-                   "runs": {"cold": cold, "dir": with_dir, "warm": warm, "dir_only": dir_only}}
-            rows.append(row)
-            print({k: v for k, v in row.items() if k != "runs"}, file=sys.stderr, flush=True)
+            for p in packages:
+                r = runs[p]
+                row = {"package": p, "model": name.split("/")[-1], "backend": backend,
+                       "gpu": f"{r['cold'][0]['nodes_on_gpu']}/{r['cold'][0]['nodes']}",
+                       "cold_s": median(r["cold"], "start_s"), "dir_s": median(r["dir"], "start_s"),
+                       "warm_s": median(r["warm"], "start_s"), "dir_only_s": median(r["dir_only"], "start_s"),
+                       "first_over_second": statistics.median(x["first_s"] / x["second_s"] for x in r["cold"]),
+                       "import_s": median(r["cold"], "import_s"), "warm_hits": r["warm"][0]["hits"], "load": load,
+                       "runs": r}
+                rows.append(row)
+                print({k: v for k, v in row.items() if k != "runs"}, file=sys.stderr, flush=True)
     print(f"medians of {args.repeats} fresh processes per cell; seconds from construction to the first result\n")
-    print("| model | backend | GPU nodes | cold | cold + dir | dir / cold | warm | warm, dir only | "
+    print("| model | backend | package | GPU nodes | cold | cold + dir | dir / cold | warm | warm, dir only | "
           "first / second invoke | load avg |")
-    print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
-        print(f"| {r['model']} | {r['backend']} | {r['gpu']} | {r['cold_s']:.2f} | {r['dir_s']:.2f} | "
+        print(f"| {r['model']} | {r['backend']} | {r['package']} | {r['gpu']} | {r['cold_s']:.2f} | {r['dir_s']:.2f} | "
               f"{r['dir_s'] / r['cold_s']:.2f} | {r['warm_s']:.2f} | {r['dir_only_s']:.2f} | "
               f"{r['first_over_second']:.2f} | {r['load']:.1f} |")
     if args.output_json:
