@@ -45,9 +45,9 @@ MIN_DEVICE_CLOCK = 0.01
 # llvmpipe compiles a shader per size (0.1-1.5 s), a GPU driver neither.
 TUNE_SHARE = 0.25
 TUNE_SECONDS = 20.0
-# Devices on which a serialization dir turns tuning on (sustained_speed turns it on everywhere): measured with
-# bench/speed.py, tuned sizes run PoCL's kernels 0-2% faster and llvmpipe's no faster than the rule's, which
-# is not worth a slower first start there.
+# Devices on which a serialization dir turns tuning on (sustained_speed turns it on everywhere). On the CPU
+# stand-ins it buys no measurable speed for a slower first start: PoCL 0-2% (issue 17), within the noise of a
+# loaded host in paired rounds; llvmpipe, whose timings are noisier, ran MobileNetV2 10% slower with its picks.
 TUNE_FOR_CACHE = ("gpu",)
 
 
