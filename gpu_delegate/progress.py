@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import time
 from typing import Any
 
 from tqdm import tqdm
@@ -29,6 +30,7 @@ class Progress:
 
     def __init__(self, backend: str, nodes: int) -> None:
         self.backend = backend
+        self.started = time.monotonic()
         self.bar: Any = tqdm(total=0, desc=f"gpu_delegate {backend}: {nodes} nodes", unit="step", leave=False,
                              delay=BAR_DELAY_S, file=sys.stderr, disable=not stderr_is_terminal(),
                              bar_format="{desc}: {n_fmt}/{total_fmt} [{elapsed}]")
@@ -37,8 +39,10 @@ class Progress:
         log.info("%s: %s", self.backend, text)
         if steps:
             self.bar.total += steps
+        # shown now if the bar is showing already; tqdm shows it at the next step once the delay has passed
         self.bar.set_description_str(f"gpu_delegate {self.backend}: {text}", refresh=False)
-        self.bar.refresh()
+        if time.monotonic() - self.started >= BAR_DELAY_S:
+            self.bar.refresh()
 
     def advance(self, steps: int = 1) -> None:
         self.bar.update(steps)

@@ -216,6 +216,18 @@ def test_a_bar_on_a_terminal_only(monkeypatch, capsys, terminal):
     assert ("gpu_delegate cl: compiling 34 kernels" in err) == terminal, err
 
 
+def test_no_bar_for_a_quick_preparation(monkeypatch, capsys):
+    """A preparation done within BAR_DELAY_S (a warm start) shows nothing, even on a terminal."""
+    monkeypatch.setattr(progress_mod, "stderr_is_terminal", lambda: True)
+    monkeypatch.setattr(progress_mod, "BAR_DELAY_S", 60.0)
+    p = progress_mod.Progress("cl", 65)
+    p.stage("cache hit: x.bin")
+    p.stage("loading 34 kernels", 34)
+    p.advance(34)
+    p.close()
+    assert capsys.readouterr().err == ""
+
+
 def test_the_cli_shows_preparation(tmp_path):
     path = tmp_path / "block.tflite"
     path.write_bytes(BLOCK)
