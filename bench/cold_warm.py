@@ -1,8 +1,24 @@
-"""Cold vs warm start of the GPU delegate: construction + allocate_tensors + first invoke, each in a fresh
-process. Cold: every cache empty (our serialization dir, PoCL's kernel cache, pyopencl's, Mesa's shader cache,
-numba's). Warm: the same caches as the cold run left them, so the serialization cache is read.
+"""First start of the GPU delegate: construction + allocate_tensors + first invoke, each in a fresh process.
 
-    python bench/cold_warm.py [--models mobilenet_v2_224_fp32,face_detection_short_range] [--backends cl,gl]
+    cold          PoCL's kernel cache and Mesa's shader cache empty (fresh folders for POCL_CACHE_DIR,
+                  MESA_SHADER_CACHE_DIR and XDG_CACHE_HOME), no serialization dir; numba's cache warm (its
+                  default place, warmed by one untimed process first: no GPU model here runs numba anyway)
+    cold + dir    the same, with a fresh serialization dir (the README's example), which the start fills
+    warm          a later start with that serialization dir and the driver caches that start left (as on a
+                  user's machine)
+    warm, dir only  the serialization dir alone, the driver caches empty again (PoCL's programs live in its own
+                  kernel cache, not in the dir: this is what a warm start costs where that cache is gone)
+Each cell is the median of --repeats processes (each cold one with its own empty caches); the machine is
+shared, so the load average is printed next to the numbers. Also, in the cold processes: the first invoke
+against the median of the five right after it, and against invokes that follow a pause as it does (on this host
+an invoke after 0.3 s idle takes 15-20% longer than one right after another: the drivers' threads sleep).
+
+With --baseline PACKAGE (another copy of the package importable under that name, say the fork point's
+gpu_delegate renamed gpu_delegate_old on PYTHONPATH), every cell is measured for both, their processes
+interleaved so that the load of a shared machine falls on both alike.
+
+    python bench/cold_warm.py [--models mobilenet/mobilenet_v2_224_fp32,real/face_detection_short_range]
+                              [--backends cl,gl] [--repeats 3] [--baseline gpu_delegate_old]
 """
 
 from __future__ import annotations
@@ -17,63 +33,113 @@ import tempfile
 from pathlib import Path
 
 MODELS = Path(__file__).resolve().parents[2] / "shared" / "models"
-DEFAULT = ["mobilenet/mobilenet_v2_224_fp32", "real/face_detection_short_range", "real/iris_landmark",
-           "real/sine_float"]
+DEFAULT = ["mobilenet/mobilenet_v2_224_fp32", "real/face_detection_short_range"]
 
 CHILD = r"""
 import json, sys, time
 t0 = time.perf_counter()
+import importlib
 import numpy as np
-import gpu_delegate as gd
+gd = importlib.import_module(sys.argv[4])
 t1 = time.perf_counter()
 path, backend, cache_dir = sys.argv[1:4]
-d = gd.GpuDelegate(backend=backend, serialization_dir=cache_dir, model_token="bench")
+d = gd.GpuDelegate(backend=backend, serialization_dir=cache_dir or None, model_token="bench")
 it = gd.Interpreter(model_path=path, experimental_delegates=[d])
 it.allocate_tensors()
+t2 = time.perf_counter()
 for det in it.get_input_details():
     it.set_tensor(det["index"], np.zeros(det["shape"], det["dtype"]))
 it.invoke()
-t2 = time.perf_counter()
+t3 = time.perf_counter()
+later, paused = [], []
+for _ in range(5):
+    t = time.perf_counter()
+    it.invoke()
+    later.append(time.perf_counter() - t)
+for _ in range(3):
+    time.sleep(0.3)  # as long as the gap between allocate_tensors and the first invoke, or longer
+    t = time.perf_counter()
+    it.invoke()
+    paused.append(time.perf_counter() - t)
 on_gpu = sum(o["backend"] == backend for o in it.get_ops_details())
-print(json.dumps({"import_s": t1 - t0, "start_s": t2 - t1, "hits": d.cache.hits, "nodes_on_gpu": on_gpu,
-                  "nodes": len(it.get_ops_details())}))
+print(json.dumps({"import_s": t1 - t0, "start_s": t3 - t1, "prepare_s": t2 - t1, "first_s": t3 - t2,
+                  "second_s": sorted(later)[2], "paused_s": sorted(paused)[1],
+                  "hits": d.cache.hits if d.cache else 0, "nodes_on_gpu": on_gpu, "nodes": len(it.get_ops_details())}))
 """
 
 
-def run_child(model: Path, backend: str, caches: Path) -> dict:
+def run_child(model: Path, backend: str, drivers: Path, serialized: Path | None, package: str = "gpu_delegate"
+              ) -> dict:
     env = dict(os.environ)
-    env.update(POCL_CACHE_DIR=str(caches / "pocl"), MESA_SHADER_CACHE_DIR=str(caches / "mesa"),
-               NUMBA_CACHE_DIR=str(caches / "numba"), PYOPENCL_CACHE_DIR=str(caches / "pyopencl"),
-               XDG_CACHE_HOME=str(caches / "xdg"))
-    out = subprocess.run([sys.executable, "-c", CHILD, str(model), backend, str(caches / "serialized")],
+    folders = {"POCL_CACHE_DIR": "pocl", "MESA_SHADER_CACHE_DIR": "mesa", "PYOPENCL_CACHE_DIR": "pyopencl",
+               "XDG_CACHE_HOME": "xdg"}
+    for variable, folder in folders.items():
+        (drivers / folder).mkdir(parents=True, exist_ok=True)  # Mesa makes no parent folders: no cache without
+        env[variable] = str(drivers / folder)
+    out = subprocess.run([sys.executable, "-c", CHILD, str(model), backend, str(serialized or ""), package],
                          env=env, capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def median(runs: list[dict], key: str) -> float:
+    return statistics.median(r[key] for r in runs)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default=",".join(DEFAULT))
     ap.add_argument("--backends", default="cl,gl")
-    ap.add_argument("--repeats", type=int, default=3, help="warm starts per model (median)")
+    ap.add_argument("--repeats", type=int, default=3, help="fresh processes per cell (median)")
+    ap.add_argument("--output_json", type=Path)
+    ap.add_argument("--baseline", default="", help="another package to measure alongside (interleaved)")
     args = ap.parse_args()
     if not MODELS.is_dir():
         sys.exit(f"the shared models folder {MODELS} is absent")
+    packages = ["gpu_delegate", *([args.baseline] if args.baseline else [])]
     rows = []
     for name in args.models.split(","):
         model = MODELS / f"{name}.tflite"
         for backend in args.backends.split(","):
             with tempfile.TemporaryDirectory() as tmp:
-                caches = Path(tmp)
-                cold = run_child(model, backend, caches)
-                warm = [run_child(model, backend, caches) for _ in range(args.repeats)]
-            warm_s = statistics.median(w["start_s"] for w in warm)
-            rows.append((name.split("/")[-1], backend, cold["nodes_on_gpu"], cold["nodes"], cold["start_s"], warm_s,
-                         warm[0]["hits"]))
-            print(f"{rows[-1]}", file=sys.stderr)
-    print("| model | backend | nodes on GPU | cold start s | warm start s | warm / cold | cache hits |")
-    print("|---|---|---|---|---|---|---|")
-    for m, b, g, n, c, w, h in rows:
-        print(f"| {m} | {b} | {g}/{n} | {c:.2f} | {w:.3f} | {100 * w / c:.1f}% | {h} |")
+                root = Path(tmp)
+                runs: dict[str, dict[str, list[dict]]] = {p: {"cold": [], "dir": [], "warm": [], "dir_only": []}
+                                                          for p in packages}
+                load = os.getloadavg()[0]
+                for p in packages:
+                    run_child(model, backend, root / p / "numba-warm-up", None, p)  # untimed: numba's own cache
+                for k in range(args.repeats):
+                    for p in packages:
+                        runs[p]["cold"].append(run_child(model, backend, root / p / f"cold{k}", None, p))
+                        runs[p]["dir"].append(run_child(model, backend, root / p / f"dir{k}",
+                                                        root / p / f"serialized{k}", p))
+                for k in range(args.repeats):
+                    for p in packages:
+                        serialized = root / p / "serialized0"
+                        runs[p]["warm"].append(run_child(model, backend, root / p / "dir0", serialized, p))
+                        runs[p]["dir_only"].append(run_child(model, backend, root / p / f"empty{k}", serialized, p))
+                load = (load + os.getloadavg()[0]) / 2
+            for p in packages:
+                r = runs[p]
+                row = {"package": p, "model": name.split("/")[-1], "backend": backend,
+                       "gpu": f"{r['cold'][0]['nodes_on_gpu']}/{r['cold'][0]['nodes']}",
+                       "cold_s": median(r["cold"], "start_s"), "dir_s": median(r["dir"], "start_s"),
+                       "warm_s": median(r["warm"], "start_s"), "dir_only_s": median(r["dir_only"], "start_s"),
+                       "first_over_second": statistics.median(x["first_s"] / x["second_s"] for x in r["cold"]),
+                       "first_over_paused": statistics.median(x["first_s"] / x["paused_s"] for x in r["cold"]),
+                       "import_s": median(r["cold"], "import_s"), "warm_hits": r["warm"][0]["hits"], "load": load,
+                       "runs": r}
+                rows.append(row)
+                print({k: v for k, v in row.items() if k != "runs"}, file=sys.stderr, flush=True)
+    print(f"medians of {args.repeats} fresh processes per cell; seconds from construction to the first result\n")
+    print("| model | backend | package | GPU nodes | cold | cold + dir | dir / cold | warm | warm, dir only | "
+          "first / next invokes | first / paused invokes | load avg |")
+    print("|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        print(f"| {r['model']} | {r['backend']} | {r['package']} | {r['gpu']} | {r['cold_s']:.2f} | {r['dir_s']:.2f} | "
+              f"{r['dir_s'] / r['cold_s']:.2f} | {r['warm_s']:.2f} | {r['dir_only_s']:.2f} | "
+              f"{r['first_over_second']:.2f} | {r['first_over_paused']:.2f} | {r['load']:.1f} |")
+    if args.output_json:
+        args.output_json.write_text(json.dumps(rows, indent=1))
 
 
 if __name__ == "__main__":

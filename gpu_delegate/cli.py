@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import math
 import os
 import statistics
@@ -1202,8 +1203,34 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "benchmark": cmd_benchmark, "diff": cmd_diff, "inspect": cmd_inspect, "cache": cmd_cache}
 
 
+def _show_preparation() -> None:
+    """Show what preparing a GPU partition is doing: a terminal gets progress.Progress's bar, anything else
+    (a log file, a pipe) its INFO lines ("gpu_delegate cl: compiling 34 kernels")."""
+    from .progress import log, stderr_is_terminal
+
+    if stderr_is_terminal() or any(isinstance(h, _StderrLines) for h in log.handlers):
+        return
+    handler = _StderrLines()
+    handler.setFormatter(logging.Formatter("gpu_delegate %(message)s"))
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+
+
+class _StderrLines(logging.StreamHandler):
+    """Log lines to whatever sys.stderr is when they are written (a test may swap it between calls)."""
+
+    @property
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: Any) -> None:
+        pass
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    _show_preparation()
     try:
         args = build_parser().parse_args(argv)
         args.given = _given(argv)

@@ -50,9 +50,9 @@ class GpuDelegate(SimpleDelegate):
         self.precision_loss_allowed = bool(precision_loss_allowed)
         self.enable_quantized_inference = bool(enable_quantized_inference)
         self.max_partitions = max_delegated_partitions
+        # work-group tuning costs start-up time: for a long-running app, or once where the result is kept
+        # (runner.PlanRunner.tunes)
         self.inference_preference = inference_preference
-        # tuning costs start-up time: only for a long-running app, or once when the result is kept
-        self.tune_work_groups = inference_preference == "sustained_speed" or self.cache is not None
         self.requested_backend = backend
         self.backend, self.unavailable = _create_backend(backend, bool(enable_op_profiling))
         self.backend_name = self.backend.name if self.backend is not None else "cpu"
@@ -216,7 +216,7 @@ class GpuKernel(DelegateKernel):
             try:
                 with self.delegate.lock:
                     self.runner = PlanRunner.create(self.delegate, self.graph, self.nodes, self.inputs,
-                                                    self.outputs, shapes)
+                                                    self.outputs, shapes, sample=self._zero_sample(shapes))
             except ModelError:
                 raise
             except DelegateError as e:
@@ -229,6 +229,21 @@ class GpuKernel(DelegateKernel):
                     raise
                 self._fall_back(f"lowering failed: {type(e).__name__}: {e}")
         self.prepared_shapes = shapes
+
+    def _zero_sample(self, shapes: dict[int, tuple[int, ...]]
+                     ) -> tuple[dict[int, np.ndarray], dict[int, tuple[float, int]]]:
+        """Zero inputs as ``invoke`` hands inputs to the runner (float32, or int8/uint8 codes with their
+        scale and zero point): the runner runs them once at preparation."""
+        feeds: dict[int, np.ndarray] = {}
+        codes: dict[int, tuple[float, int]] = {}
+        for t in self.inputs:
+            tensor = self.graph.tensors[t]
+            if tensor.quant is not None and tensor.dtype in (np.int8, np.uint8) and not tensor.quant.per_channel:
+                codes[t] = tensor.quant.scalar()
+                feeds[t] = np.zeros(shapes[t], tensor.dtype)
+            else:
+                feeds[t] = np.zeros(shapes[t], np.float32)
+        return feeds, codes
 
     def _fall_back(self, why: str) -> None:
         self.cpu_fallback = why.splitlines()[0]

@@ -4,14 +4,17 @@ then, every invoke, upload the inputs, dispatch the kernels in order and downloa
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import logging
+import math
+import os
+import tempfile
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from .backends.base import Backend, Buffer, Program, device_fingerprint, local_size_candidates
+from .backends.base import Backend, Buffer, Codes, DeviceInfo, Program, device_fingerprint, local_size_candidates
 from .backends.codegen import API_LANGUAGE, Arg, KernelSpec, load_kernel, render_postops
 from .cache import fingerprint, partition_parts
 from .errors import DelegateError
@@ -20,6 +23,8 @@ from .lowering.context import GpuOp
 from .lowering.pipeline import build_plan
 from .lowering.plan import KernelCall, Plan
 from .ops import get_op
+from .phwc4 import BHWC
+from .progress import Progress
 from .version import __version__
 
 if TYPE_CHECKING:  # the delegate module creates runners; a runner only reads the delegate's options
@@ -34,10 +39,16 @@ Bind = tuple[Literal["t"], int] | tuple[Literal["c"], str]
 # host-timed dispatches (Mesa llvmpipe's GL timer queries read ~0 for compute dispatches): then on the host.
 MIN_DEVICE_CLOCK = 0.01
 
-# Work-group tuning stops after this long per partition (PoCL builds a work-group function per size at its
-# first launch, ~30 ms; llvmpipe compiles a shader per size, 0.2-1.5 s); the kernels it did not reach keep
-# the rule's size.
+# Work-group tuning never blocks a start for long: it stops after this share of what compiling the partition
+# took (the build and the first launches, where drivers compile too), at most TUNE_SECONDS; the kernels it did
+# not reach keep the rule's size. PoCL builds a work-group function per size at its first launch (~100 ms),
+# llvmpipe compiles a shader per size (0.1-1.5 s), a GPU driver neither.
+TUNE_SHARE = 0.25
 TUNE_SECONDS = 20.0
+# Devices on which a serialization dir turns tuning on (sustained_speed turns it on everywhere). On the CPU
+# stand-ins it buys no measurable speed for a slower first start: PoCL 0-2% (issue 17), within the noise of a
+# loaded host in paired rounds; llvmpipe, whose timings are noisier, ran MobileNetV2 10% slower with its picks.
+TUNE_FOR_CACHE = ("gpu",)
 
 
 def kernel_spec(call: KernelCall, plan: Plan, precision: str,
@@ -105,96 +116,159 @@ class PlanRunner:
         self.timings: dict[str, float] = {}
         self.buffers: list[Buffer] = []  # per memory-plan slot
         self.const_buffers: dict[str, Buffer] = {}
-        # per kernel call of the plan (compile): its program, what its arguments bind, its source digest
+        # per kernel call of the plan (compile): its program, what its arguments bind
         self.programs: list[Program] = []
         self.binds: list[list[Bind]] = []
-        self.digests: list[str] = []
-        self.by_digest: dict[str, Program] = {}
+        self.units: dict[str, Program] = {}  # a program of each driver program (Program.unit), for its binary
+        self.boundary: list[KernelSpec] = []  # the conversions at the partition's boundary, compiled with it
         self.calls: list[tuple[Program, list[Buffer]]] = []
         self.bound: list[Any] = []  # Backend.bind of calls
         self.last_timings: list[KernelTiming] = []  # of the last invoke, when the backend profiles
 
     @classmethod
     def create(cls, delegate: GpuDelegate, graph: Graph, nodes: list[int], inputs: list[int], outputs: list[int],
-               shapes: dict[int, tuple[int, ...]]) -> PlanRunner:
-        """Build (or load from the serialization cache), compile and allocate the plan of a partition."""
+               shapes: dict[int, tuple[int, ...]],
+               sample: tuple[dict[int, np.ndarray], dict[int, tuple[float, int]]] | None = None) -> PlanRunner:
+        """Build (or load from the serialization cache), compile and allocate the plan of a partition. With
+        ``sample`` (inputs and codes as ``run`` takes them), run it once, so that whatever drivers compile at
+        a first launch is compiled here and the first invoke is as quick as the next."""
         backend = delegate.backend
         assert backend is not None, "a delegate without a backend takes no partition"
         precision = "fp16" if delegate.precision_loss_allowed else "fp32"
         quantized = delegate.enable_quantized_inference
         t0 = time.perf_counter()
-        cache, cached = delegate.cache, None
-        device = device_fingerprint(backend.device_info())
-        if cache is not None:
-            fp = fingerprint([__version__, backend.name, device, precision, quantized,
-                              *partition_parts(graph, nodes, shapes)])
-            path = cache.path(fp, graph.model_digest)
-            cached = cache.load(path, device)
-        if cached is not None:
-            plan, binaries = cached
-        else:
-            device_type = backend.device_info().get("device_type", "gpu")
-            plan = build_plan(graph, nodes, inputs, outputs, shapes, _op_classes(graph, nodes), quantized=quantized,
-                              device_type=device_type)
-            binaries = {}
-        runner = cls(backend, plan, precision)
-        runner.timings["plan_s"] = time.perf_counter() - t0
-        compiled_any = runner.compile(binaries)
+        progress = Progress(backend.name, len(nodes))
         try:
-            runner.allocate()
-            if delegate.tune_work_groups and not plan.tuned:
-                runner.tune(TUNE_SECONDS)
-                compiled_any = True
-        except BaseException:
-            runner.close()  # the buffers allocated before the one that failed
-            raise
-        if cache is not None and (cached is None or compiled_any):
-            cache.store(path, device, backend.name, plan, runner.binaries())
+            cache, cached = delegate.cache, None
+            device = device_fingerprint(backend.device_info())
+            if cache is not None:
+                fp = fingerprint([__version__, backend.name, device, precision, quantized,
+                                  *partition_parts(graph, nodes, shapes)])
+                path = cache.path(fp, graph.model_digest)
+                cached = cache.load(path, device)
+                progress.stage(f"cache {'hit' if cached is not None else 'miss'}: {path}")
+            device_type = backend.device_info().get("device_type", "gpu")
+            if cached is not None:
+                plan, binaries = cached
+            else:
+                progress.stage(f"planning {len(nodes)} nodes")
+                plan = build_plan(graph, nodes, inputs, outputs, shapes, _op_classes(graph, nodes),
+                                  quantized=quantized, device_type=device_type)
+                binaries = {}
+            runner = cls(backend, plan, precision)
+            runner.timings["plan_s"] = time.perf_counter() - t0
+            runner.boundary = runner.boundary_specs(sample[1] if sample is not None else {},
+                                                    sample[0] if sample is not None else {})
+            compiled = runner.compile(binaries, progress)
+            tuned = False
+            try:
+                runner.allocate()
+                if sample is not None:
+                    runner.warm_up(*sample, progress=progress)
+                if not plan.tuned and runner.tunes(delegate, device_type):
+                    spent = runner.timings["compile_s"] + runner.timings.get("warm_up_s", 0.0)
+                    runner.tune(min(TUNE_SHARE * spent, TUNE_SECONDS), progress)
+                    tuned = True
+            except BaseException:
+                runner.close()  # the buffers allocated before the one that failed
+                raise
+            # a start that compiled what the file holds no binary of adds it, unless the driver keeps programs
+            # itself (then the file holds none, and each start would write it again for nothing)
+            rebuilt = compiled > 0 and not backend.driver_caches_programs
+            if cache is not None and (cached is None or tuned or rebuilt):
+                progress.stage(f"storing {path}")
+                cache.store(path, device, backend.name, plan, runner.binaries())
+        finally:
+            progress.close()
         return runner
 
-    def compile(self, binaries: dict[str, bytes]) -> bool:
-        """Compile every kernel, loading from ``binaries`` (source digest -> program binary) where one
-        matches; True if anything had to be compiled from source."""
-        t0 = time.perf_counter()
-        self.programs = []
-        self.binds = []
-        self.digests = []
-        self.by_digest = {}
-        compiled_any = False
-        for call in self.plan.kernels:
-            spec, binds = kernel_spec(call, self.plan, self.precision, self.backend.name)
-            digest = hashlib.sha256(self.backend.source(spec, self.backend.local_size(spec)).encode()).hexdigest()
-            program = self.by_digest.get(digest)
-            if program is None:
-                if digest in binaries:
-                    try:
-                        program = self.backend.compile(spec, binary=binaries[digest])
-                    except DelegateError as e:
-                        log.warning("cached program for %s not usable (%s); compiling it", call.label, e)
-                if program is None:
-                    program = self.backend.compile(spec)
-                    compiled_any = True
-                self.by_digest[digest] = program
-            self.programs.append(program)
-            self.binds.append(binds)
-            self.digests.append(digest)
-        self.timings["compile_s"] = time.perf_counter() - t0
-        return compiled_any
+    def tunes(self, delegate: GpuDelegate, device_type: str) -> bool:
+        """Whether to tune this plan's work-group sizes: when the app asked for sustained speed, or once for
+        a serialization dir that will keep the result, on a device where tuning pays (TUNE_FOR_CACHE). A
+        directory that takes no file would have every start tune again."""
+        if delegate.inference_preference == "sustained_speed":
+            return True
+        cache = delegate.cache
+        return cache is not None and device_type in TUNE_FOR_CACHE and _writable(cache.directory)
 
-    def tune(self, budget_s: float) -> None:
+    def boundary_specs(self, codes: dict[int, tuple[float, int]], feeds: dict[int, np.ndarray]) -> list[KernelSpec]:
+        """The conversion kernels of the partition's boundary (Backend.boundary_specs): inputs given as codes
+        where ``codes`` has them (of the dtype ``feeds`` has), the rest as float32."""
+        plan = self.plan
+
+        def storage(t: int) -> str:
+            return "fp32" if plan.buffer_fp32[plan.buffer_of[plan.storage(t)]] else self.precision
+
+        inputs: list[tuple[BHWC, str, Codes | None]] = [
+            (plan.tensors[t], storage(t), (*codes[t], feeds[t].dtype) if t in codes else None) for t in plan.inputs]
+        return self.backend.boundary_specs(inputs, [(plan.tensors[t], storage(t)) for t in plan.outputs])
+
+    def compile(self, binaries: dict[str, bytes], progress: Progress | None = None) -> int:
+        """Compile every kernel and the boundary's conversions (``boundary``), in as few driver programs as
+        the backend allows, loading each from ``binaries`` (Program.unit -> program binary) where one matches;
+        how many were compiled from source."""
+        t0 = time.perf_counter()
+        info = self.backend.device_info()
+        specs: list[KernelSpec] = []
+        self.binds = []
+        for call in self.plan.kernels:
+            if call.local_size is not None and not _fits(call.local_size, info):
+                # a plan tuned on a device of the same name and driver but smaller limits
+                log.info("%s: tuned work-group size %s exceeds this device's limits; using the rule's", call.label,
+                         call.local_size)
+                call.local_size = None
+            spec, binds = kernel_spec(call, self.plan, self.precision, self.backend.name)
+            specs.append(spec)
+            self.binds.append(binds)
+        specs += self.boundary
+        distinct = len({(s.name, self.backend.source(s, self.backend.local_size(s))) for s in specs})
+        if progress is not None:
+            progress.stage(f"compiling {distinct} kernels" if not binaries else f"loading {distinct} kernels",
+                           distinct)
+        programs, compiled = self.backend.compile_all(specs, binaries,
+                                                      progress.advance if progress is not None else None)
+        self.programs = programs[:len(self.plan.kernels)]
+        self.units = {p.unit: p for p in programs}
+        self.timings["compile_s"] = time.perf_counter() - t0
+        if compiled:
+            log.info("%s: compiled %d kernels in %d programs in %.2f s", self.backend.name, compiled,
+                     len({p.unit for p in programs if p.unit not in binaries}), self.timings["compile_s"])
+        return compiled
+
+    def warm_up(self, feeds: dict[int, np.ndarray], codes: dict[int, tuple[float, int]] | None = None,
+                progress: Progress | None = None) -> None:
+        """One run on ``feeds``, results dropped: drivers compile at a kernel's first launch (PoCL a work-group
+        function per kernel and size, llvmpipe its shader's machine code), and the conversions at the
+        partition's boundary are built at their first use. No kernel writes a constant buffer, and every
+        invoke recomputes all the others from the inputs, so this run changes no later answer."""
+        t0 = time.perf_counter()
+        if progress is not None:
+            progress.stage(f"first launch of {len(self.plan.kernels)} kernels", len(self.plan.kernels))
+        self.run(feeds, codes, progress=progress)
+        self.timings["warm_up_s"] = time.perf_counter() - t0
+
+    def tune(self, budget_s: float, progress: Progress | None = None) -> None:
         """Time each distinct kernel at a few work-group sizes on its real buffers and keep the fastest in
-        the plan (so the serialization cache keeps it too). No kernel writes a constant buffer, and every
-        invoke recomputes all the others from the inputs, so these extra launches change no answer."""
+        the plan (so the serialization cache keeps it too), for at most ``budget_s``; kernels not reached
+        keep the rule's size. No kernel writes a constant buffer, and every invoke recomputes all the others
+        from the inputs, so these extra launches change no answer."""
         t0 = time.perf_counter()
         info = self.backend.device_info()
         chosen: dict[str, tuple[int, int, int]] = {}
-        for call, program, (_, buffers), digest in zip(self.plan.kernels, self.programs, self.calls, self.digests):
-            if digest in chosen:
-                call.local_size = chosen[digest]
+        distinct = len({p.source for p in self.programs})
+        if progress is not None:
+            progress.stage(f"tuning work-group sizes of {distinct} kernels (at most {budget_s:.1f} s)", distinct)
+        stopped = False
+        for call, program, (_, buffers) in zip(self.plan.kernels, self.programs, self.calls):
+            if program.source in chosen:
+                call.local_size = chosen[program.source]
                 continue
-            if time.perf_counter() - t0 > budget_s:
+            if not stopped and time.perf_counter() - t0 > budget_s:
+                stopped = True
                 log.info("work-group tuning stopped after %.1f s at %s", budget_s, call.label)
-                break
+            if stopped:
+                call.local_size = chosen[program.source] = program.local_size
+                continue
             spec, _ = kernel_spec(call, self.plan, self.precision, self.backend.name)
             best = (self._time(program, buffers), program.local_size)
             for local in local_size_candidates(spec.grid, info, self.backend.tuning_candidates):
@@ -206,7 +280,9 @@ class PlanRunner:
                     log.debug("%s: work-group size %s refused: %s", call.label, local, e)
                     continue
                 best = min(best, (self._time(candidate, buffers), local))
-            call.local_size = chosen[digest] = best[1]
+            call.local_size = chosen[program.source] = best[1]
+            if progress is not None:
+                progress.advance()
         self.plan.tuned = True
         self.compile({})  # every program is in the backend's own cache by now: nothing is built again
         self.bind()
@@ -226,10 +302,13 @@ class PlanRunner:
         return best
 
     def binaries(self) -> dict[str, bytes]:
+        """Program.unit -> program binary, one per driver program (none where the driver keeps programs)."""
         out: dict[str, bytes] = {}
-        for digest, program in self.by_digest.items():
+        if self.backend.driver_caches_programs:
+            return out
+        for unit, program in self.units.items():
             try:
-                out[digest] = self.backend.program_binary(program)
+                out[unit] = self.backend.program_binary(program)
             except (DelegateError, NotImplementedError) as e:
                 log.debug("no program binary for %s: %s", program, e)
         return out
@@ -258,16 +337,22 @@ class PlanRunner:
     def tensor_buffer(self, t: int) -> Buffer:
         return self.buffers[self.plan.buffer_of[self.plan.storage(t)]]
 
-    def run(self, feeds: dict[int, np.ndarray], codes: dict[int, tuple[float, int]] | None = None
-            ) -> dict[int, np.ndarray]:
+    def run(self, feeds: dict[int, np.ndarray], codes: dict[int, tuple[float, int]] | None = None,
+            progress: Progress | None = None) -> dict[int, np.ndarray]:
         """Outputs (float32) from inputs: float arrays, or int8/uint8 codes for the tensors ``codes`` gives
-        (scale, zero_point) of."""
+        (scale, zero_point) of. With ``progress``, one dispatch at a time, each counted when it has run."""
         plan, backend, codes = self.plan, self.backend, codes or {}
         if backend.profile:
             return self._run_profiled(feeds, codes)
         for t in plan.inputs:
             backend.to_device(feeds[t], self.tensor_buffer(t), plan.tensors[t], codes.get(t))
-        backend.dispatch_bound(self.bound)
+        if progress is None:
+            backend.dispatch_bound(self.bound)
+        else:
+            for bound in self.bound:
+                backend.dispatch_bound([bound])
+                backend.finish()
+                progress.advance()
         return {t: backend.from_device(self.tensor_buffer(t), plan.tensors[t]) for t in plan.outputs}
 
     def _run_profiled(self, feeds: dict[int, np.ndarray], codes: dict[int, tuple[float, int]]
@@ -305,6 +390,23 @@ class PlanRunner:
         for buf in [*self.buffers, *self.const_buffers.values()]:
             self.backend.free(buf)
         self.buffers, self.const_buffers, self.calls, self.bound = [], {}, [], []
+
+
+def _fits(local: tuple[int, int, int], info: DeviceInfo) -> bool:
+    return math.prod(local) <= info["max_work_group_size"] and all(
+        n <= d for n, d in zip(local, info["max_work_group_dims"]))
+
+
+def _writable(directory: Path) -> bool:
+    """Whether a file can be made in ``directory`` now (tried, not inferred from permission bits: root
+    writes through them, and a read-only mount refuses everyone)."""
+    try:
+        fd, name = tempfile.mkstemp(prefix=".tmp-probe-", dir=directory)
+    except OSError:
+        return False
+    os.close(fd)
+    os.unlink(name)
+    return True
 
 
 def _op_classes(graph: Graph, nodes: list[int]) -> dict[int, GpuOp]:

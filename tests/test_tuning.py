@@ -1,10 +1,13 @@
-"""Work-group size tuning: with inference_preference="sustained_speed" (or a serialization dir) every distinct
-kernel is timed at a few work-group sizes and the fastest is kept, in the plan and in the cache.
+"""Work-group size tuning: with inference_preference="sustained_speed" every distinct kernel is timed at a few
+work-group sizes and the fastest is kept, in the plan and in the cache; a serialization dir turns it on only on
+devices where it pays (runner.TUNE_FOR_CACHE: GPUs, not PoCL or llvmpipe), and only when the dir keeps files.
+Tuning stops at a budget proportional to what compiling took.
 
 References: outputs against LiteRT; the choice itself against a stand-in clock whose winner is known.
 """
 
 import math
+import tempfile
 
 import numpy as np
 import pytest
@@ -70,7 +73,15 @@ def test_tuned_plan_runs_right(backend):
         assert math.prod(call.local_size) <= info["max_work_group_size"]
 
 
-def test_the_fastest_size_wins_and_the_cache_keeps_it(backend, tmp_path, monkeypatch):
+@pytest.fixture
+def tuning_pays_here(monkeypatch):
+    """The device stands in for one where tuning pays, with a budget that never runs out."""
+    monkeypatch.setattr(runner_mod, "TUNE_FOR_CACHE", ("gpu", "cpu", "other"))
+    monkeypatch.setattr(runner_mod, "TUNE_SHARE", 1e9)
+    monkeypatch.setattr(runner_mod, "TUNE_SECONDS", 1e9)
+
+
+def test_the_fastest_size_wins_and_the_cache_keeps_it(backend, tmp_path, monkeypatch, tuning_pays_here):
     """A stand-in clock makes (1, 1, 1) the fastest size: every kernel must get it, and a warm start must
     read it back from the serialization cache without timing anything."""
     def clock(self, program, buffers, repeats=3):
@@ -94,6 +105,52 @@ def test_the_fastest_size_wins_and_the_cache_keeps_it(backend, tmp_path, monkeyp
     assert {p.local_size for p in r.programs} == {(1, 1, 1)}
     np.testing.assert_array_equal(warm[0], cold[0])
     assert_float_close(warm[0], run_litert(CONTENT, INPUTS)[0], 1e-4, what=f"warm tuned start on {backend}")
+
+
+def test_a_directory_that_keeps_nothing_is_not_tuned_for(tmp_path, monkeypatch, tuning_pays_here):
+    """Issue 18, item 9: a serialization dir that takes no file (a read-only mount; root writes through
+    permission bits, so the refusal is made by the OS call) would have every start tune again for nothing."""
+    def no_timing(*args, **kwargs):
+        raise AssertionError("tuned for a cache that cannot keep the result")
+
+    def refuse(*args, **kwargs):
+        raise PermissionError(13, "Read-only file system")
+
+    monkeypatch.setattr(runner_mod.PlanRunner, "_time", no_timing)
+    monkeypatch.setattr(tempfile, "mkstemp", refuse)
+    it = gd.Interpreter(model_content=CONTENT, experimental_delegates=[
+        gd.GpuDelegate(backend="cl", serialization_dir=tmp_path, model_token="ro")])
+    out = run(it, INPUTS)
+    assert not runner_of(it).plan.tuned
+    assert not list(tmp_path.iterdir())
+    assert_float_close(out[0], run_litert(CONTENT, INPUTS)[0], 1e-4, what="read-only cache dir")
+
+
+def test_a_serialization_dir_tunes_only_where_tuning_pays(tmp_path, monkeypatch):
+    """PoCL and llvmpipe (device type "cpu") gain nothing measurable from tuning: a cache dir does not make a
+    first start pay for it there."""
+    monkeypatch.setattr(runner_mod.PlanRunner, "_time", lambda *a, **k: pytest.fail("tuned on a CPU device"))
+    d = gd.GpuDelegate(backend="cl", serialization_dir=tmp_path, model_token="cpu")
+    if d.backend.device_info()["device_type"] in runner_mod.TUNE_FOR_CACHE:
+        pytest.skip("a device where tuning pays")
+    it = gd.Interpreter(model_content=CONTENT, experimental_delegates=[d])
+    run(it, INPUTS)
+    assert not runner_of(it).plan.tuned
+
+
+def test_tuning_stops_at_its_budget(backend, monkeypatch):
+    """With no time to spend, nothing is timed, and every kernel keeps the work-group size of the rule."""
+    monkeypatch.setattr(runner_mod, "TUNE_SHARE", 0.0)
+    monkeypatch.setattr(runner_mod.PlanRunner, "_time", lambda *a, **k: pytest.fail("timed past the budget"))
+    d = gd.GpuDelegate(backend=backend, inference_preference="sustained_speed")
+    it = gd.Interpreter(model_content=CONTENT, experimental_delegates=[d])
+    out = run(it, INPUTS)
+    r = runner_of(it)
+    assert r.plan.tuned
+    info = d.backend.device_info()
+    assert [call.local_size for call in r.plan.kernels] == [choose_local_size(call.grid, info)
+                                                            for call in r.plan.kernels]
+    assert_float_close(out[0], run_litert(CONTENT, INPUTS)[0], 1e-4, what=f"budget-cut tuning on {backend}")
 
 
 @pytest.mark.parametrize("preference", ["fast_single_answer"])

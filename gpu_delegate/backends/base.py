@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import math
 import weakref
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypedDict, TypeVar
 
@@ -23,9 +24,12 @@ from . import codegen
 from .codegen import Arg, KernelSpec
 
 T = TypeVar("T")
+log = logging.getLogger("gpu_delegate")
 # from_device reorders outputs of at most this many vec4 on the host instead of in a conversion kernel
 HOST_REORDER_VEC4 = 4096
 _STORAGE: dict[str, np.dtype] = {"fp32": np.dtype(np.float32), "fp16": np.dtype(np.float16)}
+# quantized codes as to_device takes them: scale, zero point, int8 or uint8
+Codes = tuple[float, int, np.dtype]
 # program_binary() output: magic, sha256 of (source, build options, device fingerprint), sha256 of the
 # payload, payload. A driver never sees a payload that fails either check.
 _BINARY_MAGIC = b"GDPB\x01"
@@ -73,7 +77,7 @@ class Program:
     ``spec.args[i]``."""
 
     def __init__(self, backend: Backend, spec: KernelSpec, source: str, local_size: tuple[int, int, int],
-                 handle: Any, key: bytes) -> None:
+                 handle: Any, key: bytes, entry: str | None = None) -> None:
         # weak: the backend holds its programs, and a cycle would keep a dropped backend's queue, programs
         # and buffers alive until the garbage collector happens to run
         self._backend = weakref.ref(backend)
@@ -82,7 +86,15 @@ class Program:
         self.source = source
         self.local_size = local_size
         self.handle = handle
+        # the driver program this kernel lives in, which may hold other kernels too (Backend.compile_all):
+        # its binary's identity, and the kernel's function name inside it
         self.key = key
+        self.entry = entry or spec.name
+
+    @property
+    def unit(self) -> str:
+        """The name of the driver program holding this kernel (hex): programs of one unit share one binary."""
+        return self.key.hex()
 
     @property
     def backend(self) -> Backend:
@@ -150,9 +162,19 @@ def numbered(source: str) -> str:
     return "\n".join(f"{i:4d}  {line}" for i, line in enumerate(source.splitlines(), 1))
 
 
+# What identifies a device and its compiler: the facts a program binary and a plan depend on, and that stay put
+# for as long as the device and driver do. Limits are left out: they follow from these, and some drift (PoCL
+# derives max_mem_alloc_size from the memory free when the process starts), so keying them made one model on
+# one device write a new cache file, each a cold start, whenever free memory moved.
+STABLE_FACTS = ("api", "api_version", "name", "vendor", "driver_version", "platform", "device_type", "has_fp16",
+                "program_binary_formats")
+
+
 def device_fingerprint(info: DeviceInfo) -> str:
-    """A stable hash of a device description: changes with the device, the driver and their limits."""
-    return hashlib.sha256(json.dumps(info, sort_keys=True, default=str).encode()).hexdigest()
+    """A hash of the stable facts of a device description (``STABLE_FACTS``): changes with the device, its
+    driver and API version, never with a limit read at run time."""
+    facts = {k: info[k] for k in STABLE_FACTS if k in info}  # type: ignore[literal-required]
+    return hashlib.sha256(json.dumps(facts, sort_keys=True, default=str).encode()).hexdigest()
 
 
 _instances: weakref.WeakSet[Backend] = weakref.WeakSet()
@@ -177,6 +199,10 @@ class Backend(ABC):
     # work-group sizes tried per kernel when tuning (None: every candidate); an API that compiles the size
     # into the program pays a compile for each
     tuning_candidates: int | None = None
+    # kernels one driver program may hold (compile_all), and how much text: an API whose programs hold one
+    # kernel each (a GL program links one compute shader) keeps 1
+    bundle_kernels: int = 1
+    bundle_chars: int = 0
 
     def __init__(self, profile: bool = False) -> None:
         self.profile = profile
@@ -185,6 +211,10 @@ class Backend(ABC):
         self._timings: list[tuple[str, Any]] = []
         # (source digest, kernel name, work-group size) -> program
         self._programs: dict[tuple[bytes, str, tuple[int, int, int]], Program] = {}
+        # source digest -> the driver's compiled kernel, the key of the driver program holding it, its entry
+        # name there: another work-group size of the same source needs no build where the size is a launch
+        # parameter (OpenCL)
+        self._handles: dict[bytes, tuple[Any, bytes, str]] = {}
         # (conversion kernel, shape, precisions and what else its source depends on) -> program
         self._convert: dict[tuple[object, ...], Program] = {}
         self._staging: dict[tuple[int, str], Buffer] = {}
@@ -202,6 +232,15 @@ class Backend(ABC):
     @abstractmethod
     def _build(self, spec: KernelSpec, source: str, binary: bytes | None) -> Any:
         """Compile ``source`` (or load ``binary``, its payload from ``_binary``); raise DelegateError."""
+
+    def _bundle_source(self, kernels: list[tuple[KernelSpec, str]]) -> str | None:
+        """One program text holding every (spec, entry name) of ``kernels``, or None where they cannot
+        share one; only for an API whose ``bundle_kernels`` exceeds 1."""
+        raise NotImplementedError(f"{self.name}: a program holds one kernel")
+
+    def _build_bundle(self, source: str, entries: list[str], binary: bytes | None) -> list[Any]:
+        """Compile ``source`` (or load ``binary``) once: one handle per entry; raise DelegateError."""
+        raise NotImplementedError(f"{self.name}: a program holds one kernel")
 
     @abstractmethod
     def _binary(self, program: Program) -> bytes:
@@ -257,10 +296,8 @@ class Backend(ABC):
         text = "\0".join((source, self.build_options, device_fingerprint(self.device_info())))
         return hashlib.sha256(text.encode()).digest()
 
-    def compile(self, spec: KernelSpec, binary: bytes | None = None) -> Program:
-        """Compile ``spec``, or load it from ``binary`` (what ``program_binary`` returned for the same
-        spec on the same device and driver). A binary that does not match raises DelegateError: the
-        caller then compiles from source."""
+    def _prepare(self, spec: KernelSpec) -> tuple[tuple[int, int, int], str, bytes]:
+        """The work-group size, program text and key of ``spec``, after checking it against the device."""
         local = self.local_size(spec)
         info = self.device_info()
         if len(spec.args) > info["max_buffers"]:
@@ -272,23 +309,126 @@ class Backend(ABC):
             raise DelegateError(f"{self.name}: kernel {spec.name}: grid {spec.grid} needs {tuple(groups)} "
                                 f"work groups of {local}; the device allows at most {tuple(limit)}")
         source = self.source(spec, local)
-        key = self._key(source)
-        # models repeat layers: an identical kernel is compiled once per backend instance
-        # the work-group size is a launch parameter in OpenCL, not part of the source: it is part of the key
-        if (key, spec.name, local) in self._programs:
-            return self._programs[key, spec.name, local]
-        payload = None
-        if binary is not None:
-            head = len(_BINARY_MAGIC)
-            if binary[:head] != _BINARY_MAGIC or binary[head:head + 32] != key:
-                raise DelegateError(f"{self.name}: kernel {spec.name}: the program binary was made for another "
-                                    "source, build options, device or driver")
-            payload = binary[head + 64:]
-            if hashlib.sha256(payload).digest() != binary[head + 32:head + 64]:
-                raise DelegateError(f"{self.name}: kernel {spec.name}: the program binary is corrupt")
-        handle = self._on_device(self._build, spec, source, payload)
-        program = self._programs[key, spec.name, local] = Program(self, spec, source, local, handle, key)
+        return local, source, self._key(source)
+
+    def _known(self, spec: KernelSpec, local: tuple[int, int, int], source: str, key: bytes) -> Program | None:
+        """The program of ``spec`` at ``local`` if its source was compiled before (models repeat layers: an
+        identical kernel is compiled once per backend instance); the work-group size is a launch parameter
+        in OpenCL, not part of the source, so it is part of the program's identity."""
+        program = self._programs.get((key, spec.name, local))
+        if program is None and key in self._handles:
+            handle, unit, entry = self._handles[key]
+            program = self._programs[key, spec.name, local] = Program(self, spec, source, local, handle, unit, entry)
         return program
+
+    def _payload(self, binary: bytes, key: bytes, what: str) -> bytes:
+        """The driver's bytes inside ``binary`` (what ``program_binary`` returned), checked against ``key``."""
+        head = len(_BINARY_MAGIC)
+        if binary[:head] != _BINARY_MAGIC or binary[head:head + 32] != key:
+            raise DelegateError(f"{self.name}: {what}: the program binary was made for another source, build "
+                                "options, device or driver")
+        payload = binary[head + 64:]
+        if hashlib.sha256(payload).digest() != binary[head + 32:head + 64]:
+            raise DelegateError(f"{self.name}: {what}: the program binary is corrupt")
+        return payload
+
+    def compile(self, spec: KernelSpec, binary: bytes | None = None) -> Program:
+        """Compile ``spec``, or load it from ``binary`` (what ``program_binary`` returned for the same
+        spec on the same device and driver). A binary that does not match raises DelegateError: the
+        caller then compiles from source."""
+        local, source, key = self._prepare(spec)
+        program = self._known(spec, local, source, key)
+        if program is not None:
+            return program
+        payload = None if binary is None else self._payload(binary, key, f"kernel {spec.name}")
+        self._handles[key] = (self._on_device(self._build, spec, source, payload), key, spec.name)
+        program = self._known(spec, local, source, key)
+        assert program is not None
+        return program
+
+    def compile_all(self, specs: list[KernelSpec], binaries: Mapping[str, bytes] | None = None,
+                    progress: Callable[[int], None] | None = None) -> tuple[list[Program], int]:
+        """The programs of ``specs``, in order, in as few driver programs as the API allows
+        (``bundle_kernels``): one build for a whole partition instead of one per kernel. A driver program
+        whose binary ``binaries`` holds (``Program.unit`` -> ``program_binary``) is loaded instead; one that
+        does not load is compiled (with a warning). ``progress(n)`` follows each driver program with the
+        number of kernels it held. Returns the programs and how many kernels were compiled from source."""
+        binaries = binaries or {}
+        programs: list[Program | None] = [None] * len(specs)
+        todo: dict[bytes, tuple[KernelSpec, str]] = {}  # source key -> a spec of that source, its text
+        prepared = []
+        for i, spec in enumerate(specs):
+            local, source, key = self._prepare(spec)
+            prepared.append((local, source, key))
+            programs[i] = self._known(spec, local, source, key)
+            if programs[i] is None:
+                todo.setdefault(key, (spec, source))
+        compiled = 0
+        for group in self._bundles(list(todo.items())):
+            compiled += self._compile_group(group, binaries)
+            if progress is not None:
+                progress(len(group))
+        for i, (spec, (local, source, key)) in enumerate(zip(specs, prepared)):
+            programs[i] = programs[i] or self._known(spec, local, source, key)
+        return [p for p in programs if p is not None], compiled
+
+    def _bundles(self, items: list[tuple[bytes, tuple[KernelSpec, str]]]
+                 ) -> list[list[tuple[bytes, tuple[KernelSpec, str]]]]:
+        """``items`` (source key, (spec, text)) in order, cut into driver programs of at most ``bundle_kernels``
+        kernels and ``bundle_chars`` characters of text."""
+        groups: list[list[tuple[bytes, tuple[KernelSpec, str]]]] = []
+        chars = 0
+        for item in items:
+            size = len(item[1][1])
+            if not groups or len(groups[-1]) >= self.bundle_kernels or (
+                    self.bundle_chars and chars + size > self.bundle_chars):
+                groups.append([])
+                chars = 0
+            groups[-1].append(item)
+            chars += size
+        return groups
+
+    def _compile_group(self, group: list[tuple[bytes, tuple[KernelSpec, str]]], binaries: Mapping[str, bytes]) -> int:
+        """Compile (or load) the kernels of ``group`` as one driver program; how many were compiled."""
+        if len(group) == 1:
+            key, (spec, _) = group[0]
+            binary = binaries.get(key.hex())
+            if binary is not None:
+                try:
+                    self.compile(spec, binary)
+                    return 0
+                except DelegateError as e:
+                    log.warning("%s: the cached program of kernel %s is not usable (%s); compiling it", self.name,
+                                spec.name, e)
+            self.compile(spec)
+            return 1
+        entries = [f"k{j}_{spec.name}" for j, (_, (spec, _)) in enumerate(group)]
+        text = self._bundle_source([(spec, entry) for (_, (spec, _)), entry in zip(group, entries)])
+        if text is None:
+            return sum(self._compile_group([item], binaries) for item in group)
+        unit = self._key(text)
+        handles = None
+        binary = binaries.get(unit.hex())
+        if binary is not None:
+            try:
+                handles = self._on_device(self._build_bundle, text, entries,
+                                          self._payload(binary, unit, f"a program of {len(group)} kernels"))
+            except DelegateError as e:
+                log.warning("%s: a cached program of %d kernels is not usable (%s); compiling it", self.name,
+                            len(group), e)
+        compiled = 0
+        if handles is None:
+            try:
+                handles = self._on_device(self._build_bundle, text, entries, None)
+                compiled = len(group)
+            except DelegateError as e:
+                # built one by one, a kernel that does not compile fails with its own log and source
+                log.warning("%s: %d kernels failed to build as one program; building them one by one (%s)",
+                            self.name, len(group), str(e).splitlines()[0])
+                return sum(self._compile_group([item], {}) for item in group)
+        for (key, _), handle, entry in zip(group, handles, entries):
+            self._handles[key] = (handle, unit, entry)
+        return compiled
 
     def program_binary(self, program: Program) -> bytes:
         """Bytes that ``compile(program.spec, binary=...)`` loads without compiling, on this device and
@@ -440,6 +580,25 @@ class Backend(ABC):
         raw_precision = "fp16" if dtype == np.float16 else "fp32"
         return self._on_device(self._convert_out, tensor, shape, raw_precision)
 
+    # whether the driver keeps compiled programs across processes by itself (PoCL's kernel cache): program
+    # binaries then add nothing to a warm start, and asking for them can cost a compile of its own
+    driver_caches_programs: bool = False
+
+    def boundary_specs(self, inputs: list[tuple[BHWC, str, Codes | None]], outputs: list[tuple[BHWC, str]]
+                       ) -> list[KernelSpec]:
+        """The conversion kernels that ``to_device`` (of float32 arrays, or of codes where their (scale,
+        zero_point, dtype) is given) and ``from_device`` (to float32) compile for tensors of these (shape,
+        storage precision): a partition compiles them with its own kernels instead of at its first invoke."""
+        specs = [self._codes_spec(shape, precision, *codes) if codes is not None else
+                 conversion_spec("convert_to_phwc4", shape, precision, "fp32") for shape, precision, codes in inputs]
+        specs += [conversion_spec("convert_from_phwc4", shape, precision, "fp32") for shape, precision in outputs
+                  if vec4_count(shape) > HOST_REORDER_VEC4]
+        return specs
+
+    def _codes_spec(self, shape: BHWC, precision: str, scale: float, zero_point: int, dtype: np.dtype) -> KernelSpec:
+        """The conversion kernel ``to_device`` of codes runs (here: they are dequantized on the host first)."""
+        return conversion_spec("convert_to_phwc4", shape, precision, "fp32")
+
     def _convert_in(self, array: np.ndarray, tensor: Buffer, shape: BHWC, raw_precision: str) -> None:
         program = self._conversion("convert_to_phwc4", shape, tensor.precision, raw_precision)
         raw = self._staging_buffer(math.ceil(math.prod(shape) / 4), raw_precision)
@@ -478,6 +637,7 @@ class Backend(ABC):
         self._staging.clear()
         self._convert.clear()
         self._programs.clear()
+        self._handles.clear()
 
 
 def _bhwc(shape: tuple[int, ...]) -> tuple[int, int, int, int]:
@@ -506,5 +666,5 @@ def conversion_spec(kernel: str, shape: tuple[int, int, int, int], precision: st
     return KernelSpec(kernel, body, args, grid, defines, helpers=helpers, precision=precision)
 
 
-__all__ = ["Backend", "Buffer", "DeviceInfo", "Program", "choose_local_size", "conversion_spec", "device_fingerprint",
-           "local_size_candidates", "live_backends", "live_buffers"]
+__all__ = ["Backend", "Buffer", "Codes", "DeviceInfo", "Program", "choose_local_size", "conversion_spec",
+           "device_fingerprint", "local_size_candidates", "live_backends", "live_buffers"]

@@ -286,11 +286,13 @@ def _cl_wide_finishers(spec: KernelSpec, prototypes: bool = False) -> str:
         if a.role != "out":
             continue
         t = a.name
-        if not _finishes(spec, a):
-            if prototypes:  # a macro, so that a kernel's index arithmetic for it is dead code
-                out.append(f"#define {t}_finish16(v, ...) (v)\n")
-            continue
         head = f"__attribute__((always_inline)) inline float16 {t}_finish16(float16 v, int4 i BUFS_DECL)"
+        if not _finishes(spec, a):
+            # nothing to apply: inlined, the call's index arithmetic is dead code (a variadic macro would do
+            # without inlining, but NVIDIA's OpenCL compiler refuses variadic macros)
+            if prototypes:
+                out.append(f"{head} {{ return v; }}\n")
+            continue
         if prototypes:
             out.append(head + ";\n")
             continue
@@ -323,10 +325,11 @@ def _finishers(spec: KernelSpec) -> str:
     return "".join(out)
 
 
-def opencl_source(spec: KernelSpec) -> str:
-    """The complete OpenCL C 1.2 program for ``spec``: one ``__kernel`` named ``spec.name``."""
+def opencl_source(spec: KernelSpec, entry: str | None = None, prelude: bool = True) -> str:
+    """The complete OpenCL C 1.2 program for ``spec``: one ``__kernel`` named ``entry`` (default
+    ``spec.name``); without ``prelude``, the part after the prelude (a section of ``opencl_bundle``)."""
     params = [_cl_param(spec, a) for a in spec.args]
-    parts = [kernel_text("opencl/prelude.inc.cl"), _geometry(spec)]
+    parts = [kernel_text("opencl/prelude.inc.cl") if prelude else "", _geometry(spec)]
     parts += [_cl_accessors(spec, a) for a in spec.args]
     parts.append("#define BUFS_DECL " + "".join(f", {p}" for p in params) + "\n")
     parts.append("#define BUFS " + "".join(f", {a.name}_buf" for a in spec.args) + "\n")
@@ -334,12 +337,66 @@ def opencl_source(spec: KernelSpec) -> str:
     parts.append(spec.helpers.rstrip() + "\n" if spec.helpers.strip() else "")
     parts.append(_finishers(spec) + _cl_wide_finishers(spec))
     parts.append(
-        f"__kernel void {spec.name}({', '.join(params) if params else 'void'}) {{\n"
+        f"__kernel void {entry or spec.name}({', '.join(params) if params else 'void'}) {{\n"
         "  const int GID_X = get_global_id(0);\n"
         "  const int GID_Y = get_global_id(1);\n"
         "  const int GID_Z = get_global_id(2);\n"
         "  if (GID_X >= GRID_X || GID_Y >= GRID_Y || GID_Z >= GRID_Z) return;\n"
         "  {\n" + spec.body.rstrip() + "\n  }\n}\n")
+    return "".join(parts)
+
+
+_COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
+_C_TOKEN = re.compile(r"[A-Za-z_]\w*|\S")
+_IDENTIFIER = re.compile(r"[A-Za-z_]\w*")
+_DEFINED = re.compile(r"^[ \t]*#[ \t]*define[ \t]+([A-Za-z_]\w*)", re.M)
+
+
+def file_scope_functions(text: str) -> list[str]:
+    """The functions (kernels included) that OpenCL C ``text`` declares or defines at file scope: each
+    identifier followed by ``(`` outside braces, parentheses and preprocessor lines, after a type."""
+    code = _COMMENT.sub(" ", text).replace("\\\n", " ")
+    names: list[str] = []
+    depth = parens = 0
+    before = ["", ""]
+    for line in code.splitlines():
+        if line.lstrip().startswith("#"):
+            continue
+        for token in _C_TOKEN.findall(line):
+            if token == "{":
+                depth += 1
+            elif token == "}":
+                depth -= 1
+            elif token == "(":
+                if depth == 0 and parens == 0 and before[1] != "__attribute__" and _IDENTIFIER.fullmatch(before[1]) \
+                        and (_IDENTIFIER.fullmatch(before[0]) or before[0] == "*"):
+                    names.append(before[1])
+                parens += 1
+            elif token == ")":
+                parens -= 1
+            before = [before[1], token]
+    return names
+
+
+def opencl_bundle(kernels: list[tuple[KernelSpec, str]]) -> str | None:
+    """One OpenCL C program holding every ``(spec, entry)`` of ``kernels``, each as the ``__kernel`` named
+    ``entry``: the prelude once, then each kernel's own text between a ``#define`` per file-scope function
+    (renamed ``entry_name``, so that two kernels may both define ``postop``) and an ``#undef`` of every name
+    it defined (so that its shapes and flags end with it). One driver build then compiles them all: PoCL pays
+    its fixed cost of a build (front end, linking its built-in library) once instead of once per kernel.
+    None if a kernel's text redefines a name the prelude defines, which would leak into the next."""
+    prelude = kernel_text("opencl/prelude.inc.cl")
+    shared = set(_DEFINED.findall(prelude)) | set(file_scope_functions(prelude))
+    parts = [prelude]
+    for spec, entry in kernels:
+        section = opencl_source(spec, entry, prelude=False)
+        functions = set(file_scope_functions(section)) - {entry}
+        defined = set(_DEFINED.findall(section))
+        if (functions | defined) & shared:
+            return None
+        parts += [f"#define {f} {entry}_{f}\n" for f in sorted(functions)]
+        parts.append(section)
+        parts += [f"#undef {name}\n" for name in sorted(defined | functions)]
     return "".join(parts)
 
 

@@ -1,0 +1,265 @@
+"""First start (issue 17): a partition's OpenCL kernels build as one program, every compile happens at
+preparation (the first invoke builds and first-launches nothing), the device fingerprint holds stable facts only,
+each stage of preparation is reported, and PoCL's programs are left to its own kernel cache.
+
+References: outputs against LiteRT; what is compiled and launched when, by spying on the backend's primitives.
+"""
+
+import logging
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import gpu_delegate as gd
+from gpu_delegate import progress as progress_mod
+from gpu_delegate.backends import codegen, create_backend
+from gpu_delegate.backends.base import device_fingerprint
+from gpu_delegate.tflite import ModelBuilder
+
+from .reference import assert_float_close, run, run_litert
+
+
+def block_model() -> bytes:
+    """Kernels of one file at several shapes and with different fused post-ops (RELU6, a residual ADD), and of
+    other files: the program of the partition must keep each kernel's defines and helpers its own."""
+    rng = np.random.default_rng(7)
+    mb = ModelBuilder()
+    x = mb.input("x", [1, 12, 10, 6])
+
+    def conv(name, src, cin, cout, k, stride, act, out_hw):
+        out = mb.tensor(name, [1, *out_hw, cout])
+        mb.op("CONV_2D", [src, mb.const(name + "_w", rng.standard_normal((cout, k, k, cin)).astype(np.float32) * .3),
+                          mb.const(name + "_b", rng.standard_normal(cout).astype(np.float32))], [out],
+              padding="SAME", stride_w=stride, stride_h=stride, fused_activation_function=act)
+        return out
+
+    a = conv("a", x, 6, 8, 3, 2, "RELU6", (6, 5))
+    b = conv("b", a, 8, 8, 1, 1, "NONE", (6, 5))
+    s = mb.tensor("s", [1, 6, 5, 8])
+    mb.op("ADD", [a, b], [s])
+    d = mb.tensor("d", [1, 6, 5, 8])
+    mb.op("DEPTHWISE_CONV_2D", [s, mb.const("dw", rng.standard_normal((1, 3, 3, 8)).astype(np.float32)),
+                                mb.const("db", rng.standard_normal(8).astype(np.float32))], [d],
+          padding="SAME", stride_w=1, stride_h=1, depth_multiplier=1, fused_activation_function="RELU")
+    c = conv("c", d, 8, 5, 1, 1, "RELU6", (6, 5))
+    y = mb.tensor("y", [1, 1, 1, 5])
+    mb.op("MEAN", [c, mb.const("axes", np.array([1, 2], np.int32))], [y], keep_dims=True)
+    mb.output(y, c)
+    return mb.build()
+
+
+def codes_model() -> bytes:
+    """int8 codes in (dequantized on the device by a conversion kernel of their own), int8 codes out."""
+    mb = ModelBuilder()
+    x = mb.input("x", [1, 8, 6, 5], np.int8, scale=[0.05], zero_point=[3])
+    y = mb.tensor("y", [1, 4, 3, 5], np.int8, scale=[0.05], zero_point=[3])
+    mb.op("AVERAGE_POOL_2D", [x], [y], padding="VALID", stride_w=2, stride_h=2, filter_width=2, filter_height=2)
+    mb.output(y)
+    return mb.build()
+
+
+BLOCK = block_model()
+BLOCK_INPUTS = [np.random.default_rng(8).standard_normal((1, 12, 10, 6)).astype(np.float32)]
+CODES = codes_model()
+CODES_INPUTS = [np.random.default_rng(9).integers(-128, 128, (1, 8, 6, 5)).astype(np.int8)]
+
+
+def runner_of(it):
+    (kernel,) = [s.kernel for s in it._steps if hasattr(s, "kernel")]
+    return kernel.runner
+
+
+def test_one_program_per_partition_on_opencl():
+    d = gd.GpuDelegate(backend="cl")
+    it = gd.Interpreter(model_content=BLOCK, experimental_delegates=[d])
+    out = run(it, BLOCK_INPUTS)
+    assert {o["backend"] for o in it.get_ops_details()} == {"cl"}
+    r = runner_of(it)
+    assert len({p.source for p in r.programs}) >= 4  # distinct kernels...
+    assert len({p.unit for p in r.programs}) == 1  # ...in one driver program
+    conversions = list(d.backend._convert.values())  # the boundary's, built with the kernels
+    assert conversions and {p.unit for p in conversions} == {r.programs[0].unit}
+    for ours, ref in zip(out, run_litert(BLOCK, BLOCK_INPUTS)):
+        assert_float_close(ours, ref, 1e-4, what="kernels of one program")
+
+
+def test_a_program_that_fails_to_build_is_built_kernel_by_kernel(monkeypatch, caplog):
+    """A bundle the driver refuses costs a warning and one build per kernel, never a wrong answer."""
+    bundle = codegen.opencl_bundle
+    monkeypatch.setattr(codegen, "opencl_bundle", lambda kernels: bundle(kernels) + "#error refused\n")
+    with caplog.at_level(logging.WARNING, logger="gpu_delegate"):
+        it = gd.Interpreter(model_content=BLOCK, experimental_delegates=[gd.GpuDelegate(backend="cl")])
+        out = run(it, BLOCK_INPUTS)
+    assert any("building them one by one" in r.getMessage() for r in caplog.records)
+    r = runner_of(it)
+    assert len({p.unit for p in r.programs}) == len({p.source for p in r.programs}) > 1
+    for ours, ref in zip(out, run_litert(BLOCK, BLOCK_INPUTS)):
+        assert_float_close(ours, ref, 1e-4, what="kernels built one by one")
+
+
+def test_program_bundles_respect_their_bounds(monkeypatch):
+    """At most bundle_kernels kernels per driver program: a partition of more builds as several."""
+    from gpu_delegate.backends.opencl import OpenCLBackend
+
+    monkeypatch.setattr(OpenCLBackend, "bundle_kernels", 2)
+    it = gd.Interpreter(model_content=BLOCK, experimental_delegates=[gd.GpuDelegate(backend="cl")])
+    out = run(it, BLOCK_INPUTS)
+    r = runner_of(it)
+    per_unit: dict[str, set[str]] = {}
+    for p in r.programs:
+        per_unit.setdefault(p.unit, set()).add(p.source)
+    assert len(per_unit) > 1 and max(len(s) for s in per_unit.values()) <= 2
+    for ours, ref in zip(out, run_litert(BLOCK, BLOCK_INPUTS)):
+        assert_float_close(ours, ref, 1e-4, what="two kernels per program")
+
+
+def test_file_scope_functions():
+    text = """
+    #define twice(x) (2 * (x))
+    FLT4 dst_finish(FLT4 v, int i BUFS_DECL);  // a prototype
+    /* float commented(int x) { } */
+    __attribute__((always_inline)) inline float16 dst_finish16(float16 v, int4 i) { return v; }
+    float4 * pick(int k) { if (k) { return helper(k); } return 0; }
+    __kernel void conv(__global float4* restrict src_buf) { int j = twice(get_global_id(0)); }
+    """
+    assert codegen.file_scope_functions(text) == ["dst_finish", "dst_finish16", "pick", "conv"]
+
+
+@pytest.mark.parametrize("content, inputs", [(BLOCK, BLOCK_INPUTS), (CODES, CODES_INPUTS)], ids=["float", "codes"])
+def test_the_first_invoke_compiles_and_first_launches_nothing(backend, monkeypatch, content, inputs):
+    """Drivers compile at a kernel's first launch too (PoCL per work-group size, llvmpipe its machine code):
+    preparation runs every program once, and builds the boundary's conversions, so the first invoke is as
+    quick as the next."""
+    builds: list[str] = []
+    launched: set[int] = set()
+    cls = type(create_backend(backend))
+    for name in ("_build", "_build_bundle"):
+        primitive = getattr(cls, name)
+
+        def spy_build(self, *args, _primitive=primitive, _name=name):
+            builds.append(_name)
+            return _primitive(self, *args)
+
+        monkeypatch.setattr(cls, name, spy_build)
+    launch_bound = cls._launch_bound
+
+    def spy_launch(self, call):
+        launched.add(id(call))
+        return launch_bound(self, call)
+
+    monkeypatch.setattr(cls, "_launch_bound", spy_launch)
+    it = gd.Interpreter(model_content=content, experimental_delegates=[gd.GpuDelegate(backend=backend)])
+    it.allocate_tensors()
+    r = runner_of(it)
+    assert builds, "preparation compiled nothing"
+    assert {id(call) for call in r.bound} <= launched, "a kernel was first launched by the first invoke"
+    builds.clear()
+    out = run(it, inputs)
+    assert builds == [], f"the first invoke compiled {builds}"
+    for ours, ref in zip(out, run_litert(content, inputs)):
+        if ours.dtype.kind == "f":
+            assert_float_close(ours, ref, 1e-4, what=f"first invoke on {backend}")
+        else:
+            assert np.abs(ours.astype(int) - ref.astype(int)).max() <= 1
+
+
+def test_device_fingerprint_holds_stable_facts_only(backend):
+    info = create_backend(backend).device_info()
+    drifted = dict(info, max_buffer_bytes=info["max_buffer_bytes"] - 4096, compute_units=info["compute_units"] + 1,
+                   max_work_group_size=info["max_work_group_size"] // 2)
+    assert device_fingerprint(drifted) == device_fingerprint(info)  # type: ignore[arg-type]
+    for fact in ("name", "driver_version", "api_version"):
+        assert device_fingerprint(dict(info, **{fact: info[fact] + "x"})) != device_fingerprint(info)  # type: ignore
+
+
+def test_a_drifting_limit_keeps_the_cache_file(tmp_path):
+    """PoCL's max_mem_alloc_size follows free memory: a start that reads another value must find the file
+    the last start wrote, not make a new one (each a cold start)."""
+    cold = gd.GpuDelegate(backend="cl", serialization_dir=tmp_path, model_token="drift")
+    run(gd.Interpreter(model_content=BLOCK, experimental_delegates=[cold]), BLOCK_INPUTS)
+    warm = gd.GpuDelegate(backend="cl", serialization_dir=tmp_path, model_token="drift")
+    warm.backend._info["max_buffer_bytes"] -= 1 << 20
+    out = run(gd.Interpreter(model_content=BLOCK, experimental_delegates=[warm]), BLOCK_INPUTS)
+    assert warm.cache.hits == 1 and warm.cache.misses == 0
+    assert len(list(tmp_path.glob("*.bin"))) == 1
+    assert_float_close(out[0], run_litert(BLOCK, BLOCK_INPUTS)[0], 1e-4, what="warm start after a drift")
+
+
+def test_each_stage_is_logged(backend, tmp_path, caplog):
+    with caplog.at_level(logging.INFO, logger="gpu_delegate.progress"):
+        d = gd.GpuDelegate(backend=backend, serialization_dir=tmp_path, model_token="log")
+        run(gd.Interpreter(model_content=BLOCK, experimental_delegates=[d]), BLOCK_INPUTS)
+    cold = [r.getMessage() for r in caplog.records if r.name == "gpu_delegate.progress"]
+    for stage in ("cache miss", "planning", "compiling", "first launch", "storing"):
+        assert any(m.startswith(f"{backend}: {stage}") for m in cold), (stage, cold)
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="gpu_delegate.progress"):
+        d = gd.GpuDelegate(backend=backend, serialization_dir=tmp_path, model_token="log")
+        run(gd.Interpreter(model_content=BLOCK, experimental_delegates=[d]), BLOCK_INPUTS)
+    warm = [r.getMessage() for r in caplog.records if r.name == "gpu_delegate.progress"]
+    assert any(m.startswith(f"{backend}: cache hit") for m in warm), warm
+    assert not any("planning" in m for m in warm), warm
+
+
+@pytest.mark.parametrize("terminal", [True, False])
+def test_a_bar_on_a_terminal_only(monkeypatch, capsys, terminal):
+    monkeypatch.setattr(progress_mod, "stderr_is_terminal", lambda: terminal)
+    monkeypatch.setattr(progress_mod, "BAR_DELAY_S", 0.0)
+    p = progress_mod.Progress("cl", 65)
+    p.stage("compiling 34 kernels", 34)
+    p.advance(34)
+    p.close()
+    err = capsys.readouterr().err
+    assert ("gpu_delegate cl: compiling 34 kernels" in err) == terminal, err
+
+
+def test_no_bar_for_a_quick_preparation(monkeypatch, capsys):
+    """A preparation done within BAR_DELAY_S (a warm start) shows nothing, even on a terminal."""
+    monkeypatch.setattr(progress_mod, "stderr_is_terminal", lambda: True)
+    monkeypatch.setattr(progress_mod, "BAR_DELAY_S", 60.0)
+    p = progress_mod.Progress("cl", 65)
+    p.stage("cache hit: x.bin")
+    p.stage("loading 34 kernels", 34)
+    p.advance(34)
+    p.close()
+    assert capsys.readouterr().err == ""
+
+
+def test_the_cli_shows_preparation(tmp_path):
+    path = tmp_path / "block.tflite"
+    path.write_bytes(BLOCK)
+    result = subprocess.run([sys.executable, "-m", "gpu_delegate", "benchmark", f"--graph={path}", "--use_gpu=true",
+                             "--gpu_backend=cl", "--num_runs=1", "--warmup_runs=0"],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "gpu_delegate cl: compiling" in result.stderr, result.stderr
+    assert "gpu_delegate cl: first launch" in result.stderr, result.stderr
+
+
+def test_pocl_programs_are_left_to_its_kernel_cache(tmp_path, monkeypatch):
+    """Asking PoCL for program binaries compiles every kernel a second time: the cache file holds none while
+    PoCL's own kernel cache is on, and a warm start (which rebuilds from source, a lookup there) does not
+    rewrite the file. With PoCL's cache off, the binaries are stored."""
+    backend = create_backend("cl")
+    if not backend.driver_caches_programs:
+        pytest.skip("this OpenCL driver keeps no kernel cache of its own")
+    d = gd.GpuDelegate(backend="cl", serialization_dir=tmp_path, model_token="pocl")
+    run(gd.Interpreter(model_content=BLOCK, experimental_delegates=[d]), BLOCK_INPUTS)
+    (path,) = tmp_path.glob("*.bin")
+    plan, binaries = d.cache.load(path, device_fingerprint(backend.device_info()))
+    assert binaries == {}
+    written = os.stat(path).st_mtime_ns
+    warm = gd.GpuDelegate(backend="cl", serialization_dir=tmp_path, model_token="pocl")
+    out = run(gd.Interpreter(model_content=BLOCK, experimental_delegates=[warm]), BLOCK_INPUTS)
+    assert warm.cache.hits == 1 and os.stat(path).st_mtime_ns == written
+    assert_float_close(out[0], run_litert(BLOCK, BLOCK_INPUTS)[0], 1e-4, what="warm start on PoCL")
+
+    monkeypatch.setenv("POCL_KERNEL_CACHE", "0")
+    off = gd.GpuDelegate(backend="cl", serialization_dir=tmp_path / "off", model_token="pocl")
+    run(gd.Interpreter(model_content=BLOCK, experimental_delegates=[off]), BLOCK_INPUTS)
+    (path,) = (tmp_path / "off").glob("*.bin")
+    _, binaries = off.cache.load(path, device_fingerprint(backend.device_info()))
+    assert len(binaries) == 1  # the partition's one program
