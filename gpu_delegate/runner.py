@@ -128,8 +128,8 @@ class PlanRunner:
         if cache is not None:
             fp = fingerprint([__version__, backend.name, device, precision, quantized,
                               *partition_parts(graph, nodes, shapes)])
-            path = cache.path(fp, graph.model_digest)
-            cached = cache.load(path, device)
+            entry = cache.entry(fp, graph.model_digest)
+            cached = cache.load(entry, device)
         if cached is not None:
             plan, binaries = cached
         else:
@@ -149,7 +149,7 @@ class PlanRunner:
             runner.close()  # the buffers allocated before the one that failed
             raise
         if cache is not None and (cached is None or compiled_any):
-            cache.store(path, device, backend.name, plan, runner.binaries())
+            cache.store(entry, device, backend.name, plan, runner.binaries())
         return runner
 
     def compile(self, binaries: dict[str, bytes]) -> bool:

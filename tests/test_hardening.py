@@ -1,0 +1,297 @@
+"""Hardening (issue 18): the serialization cache as a target (files swapped or replaced, directories other users
+can write, FIFOs, foreign files, odd tokens), fused chains longer than the device binds, preparation time that
+grows with the graph, and native memory over many interpreters.
+
+References: LiteRT for what a model computes, numpy formulas for the long chains; never our own CPU path.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import stat
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import gpu_delegate as gd
+from gpu_delegate import cache as cache_mod
+from gpu_delegate.tflite import ModelBuilder
+
+from .reference import assert_float_close, run, run_litert
+
+ROOT = Path(__file__).resolve().parents[1]
+SHAPE = [1, 6, 5, 7]
+X = np.random.default_rng(0).standard_normal(SHAPE).astype(np.float32)
+
+
+def affine_model(scale: float, shift: float) -> bytes:
+    """y = relu(x * scale + shift): models A and B differ only in their constants, so one's plan runs the other."""
+    mb = ModelBuilder()
+    x = mb.input("x", SHAPE)
+    m, a, y = (mb.tensor(n, SHAPE) for n in "may")
+    mb.op("MUL", [x, mb.const("scale", np.full(7, scale, np.float32))], [m])
+    mb.op("ADD", [m, mb.const("shift", np.full(7, shift, np.float32))], [a])
+    mb.op("RELU", [a], [y])
+    mb.output(y)
+    return mb.build()
+
+
+MODEL_A, MODEL_B = affine_model(2.0, 0.5), affine_model(-3.0, 1.0)
+
+
+def start(content: bytes, directory, token: str | None, backend: str = "cl"):
+    d = gd.GpuDelegate(backend=backend, serialization_dir=directory, model_token=token)
+    it = gd.Interpreter(model_content=content, experimental_delegates=[d])
+    (out,) = run(it, [X])
+    assert {o["backend"] for o in it.get_ops_details()} == {backend}
+    return d, out
+
+
+def bins(directory) -> list[str]:
+    return sorted(p for p in os.listdir(directory) if p.endswith(".bin"))
+
+
+@pytest.fixture(scope="module")
+def reference() -> dict[bytes, np.ndarray]:
+    return {m: run_litert(m, [X])[0] for m in (MODEL_A, MODEL_B)}
+
+
+def warnings_of(caplog) -> str:
+    return "\n".join(r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING)
+
+
+# -- item 1: a cache file's content is tied to its name; an untrusted directory is not used ------------------------
+
+@pytest.mark.parametrize("how", ["swap-tokens", "copy-same-token"])
+def test_a_cache_file_renamed_onto_another_is_refused(how, tmp_path, reference, caplog):
+    """Model B's cache file put under model A's name must not make A compute B (a cache hit, no warning, wrong
+    answers): the header names the token, fingerprint and model digest, and they are checked."""
+    token_b = "a" if how == "copy-same-token" else "b"
+    start(MODEL_A, tmp_path / "a", "a")
+    start(MODEL_B, tmp_path / "b", token_b)
+    (name_a,), (name_b,) = bins(tmp_path / "a"), bins(tmp_path / "b")
+    assert name_a != name_b  # the constants are in the fingerprint
+    os.replace(tmp_path / "b" / name_b, tmp_path / "a" / name_a)
+    with caplog.at_level(logging.WARNING, logger="gpu_delegate"):
+        d, out = start(MODEL_A, tmp_path / "a", "a")
+    assert d.cache.hits == 0 and d.cache.rejected == 1
+    assert "not the" in warnings_of(caplog) and "this start expects" in warnings_of(caplog)
+    assert_float_close(out, reference[MODEL_A])
+    again, out = start(MODEL_A, tmp_path / "a", "a")  # rewritten with A's own plan
+    assert again.cache.hits == 1
+    assert_float_close(out, reference[MODEL_A])
+
+
+def test_the_header_names_what_the_file_is_for(tmp_path):
+    d, _ = start(MODEL_A, tmp_path, "tok")
+    (name,) = bins(tmp_path)
+    header, _ = cache_mod._unpack((tmp_path / name).read_bytes())
+    assert name == f"{header['token']}_{header['fingerprint']}.bin" and header["token"] == "tok"
+    assert header["model"] == gd.Interpreter(model_content=MODEL_A).graph.model_digest
+    assert len(header["model"]) == 64 and header["device"]
+
+
+@pytest.mark.parametrize("field", ["token", "fingerprint", "model"])
+def test_a_header_naming_another_token_fingerprint_or_model_is_refused(field, tmp_path, reference, caplog):
+    start(MODEL_A, tmp_path, "tok")
+    (name,) = bins(tmp_path)
+    path = tmp_path / name
+    header, payload = cache_mod._unpack(path.read_bytes())
+    header[field] = "something-else"
+    path.write_bytes(cache_mod._pack(header, payload))  # a valid checksum: only the name check can refuse it
+    with caplog.at_level(logging.WARNING, logger="gpu_delegate"):
+        d, out = start(MODEL_A, tmp_path, "tok")
+    assert d.cache.rejected == 1 and d.cache.hits == 0
+    assert f"names {field} 'something-else'" in warnings_of(caplog)
+    assert_float_close(out, reference[MODEL_A])
+
+
+@pytest.mark.parametrize("mode", [0o777, 0o1777, 0o770, 0o722])
+def test_a_directory_others_can_write_is_not_used(mode, tmp_path, reference, caplog):
+    """A pre-created world- or group-writable dir (a /tmp path another user made first, say) is refused with a
+    warning, as ssh refuses such a ~/.ssh; the run goes on without a cache, and nothing is read or written there."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, mode)
+    start(MODEL_B, tmp_path / "b", "tok")  # a file another user could have planted under the name A will look for
+    for name in bins(tmp_path / "b"):
+        os.replace(tmp_path / "b" / name, shared / name)
+    with caplog.at_level(logging.WARNING, logger="gpu_delegate"):
+        d = gd.GpuDelegate(backend="cl", serialization_dir=shared, model_token="tok")
+    assert d.cache is None
+    assert "is not trusted: it is writable by" in warnings_of(caplog) and "chmod go-w" in warnings_of(caplog)
+    it = gd.Interpreter(model_content=MODEL_A, experimental_delegates=[d])
+    assert_float_close(run(it, [X])[0], reference[MODEL_A])
+    assert len(bins(shared)) == 1
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="making a directory another user owns needs root")
+def test_a_directory_another_user_owns_is_not_used(tmp_path, reference, caplog):
+    theirs = tmp_path / "theirs"
+    theirs.mkdir(mode=0o755)
+    os.chown(theirs, 65534, 65534)
+    with caplog.at_level(logging.WARNING, logger="gpu_delegate"):
+        d = gd.GpuDelegate(backend="cl", serialization_dir=theirs, model_token="tok")
+    assert d.cache is None and "is owned by user 65534" in warnings_of(caplog)
+    it = gd.Interpreter(model_content=MODEL_A, experimental_delegates=[d])
+    assert_float_close(run(it, [X])[0], reference[MODEL_A])
+    assert bins(theirs) == []
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a file to another user needs root")
+def test_a_file_another_user_owns_is_refused(tmp_path, reference):
+    start(MODEL_A, tmp_path, "tok")
+    (name,) = bins(tmp_path)
+    os.chown(tmp_path / name, 65534, 65534)
+    d, out = start(MODEL_A, tmp_path, "tok")
+    assert d.cache.rejected == 1 and d.cache.hits == 0
+    assert_float_close(out, reference[MODEL_A])
+
+
+def test_a_directory_made_writable_after_the_start_is_refused_then(tmp_path, reference):
+    d = gd.GpuDelegate(backend="cl", serialization_dir=tmp_path / "c", model_token="tok")
+    assert d.cache is not None
+    os.chmod(tmp_path / "c", 0o777)
+    it = gd.Interpreter(model_content=MODEL_A, experimental_delegates=[d])
+    assert_float_close(run(it, [X])[0], reference[MODEL_A])
+    assert d.cache.hits == 0 and d.cache.rejected == 1 and bins(tmp_path / "c") == []
+
+
+# -- item 2: what sits under a cache file's name is opened without blocking and must be a regular file ----------
+
+HOSTILE_START = textwrap.dedent("""
+    import sys
+    import gpu_delegate as gd
+    from tests.reference import run
+    from tests.test_hardening import MODEL_A, X
+    d = gd.GpuDelegate(backend=sys.argv[2], serialization_dir=sys.argv[1], model_token="tok")
+    it = gd.Interpreter(model_content=MODEL_A, experimental_delegates=[d])
+    out = run(it, [X])[0]
+    print(d.cache.hits, d.cache.misses, d.cache.rejected)
+    import numpy as np
+    np.save(sys.argv[3], out)
+""")
+
+
+def _replace_with(path: Path, kind: str, elsewhere: Path) -> None:
+    path.unlink()
+    if kind == "fifo":
+        os.mkfifo(path, 0o600)
+    elif kind == "directory":
+        path.mkdir(mode=0o700)
+        (path / "inside").write_bytes(b"x")
+    elif kind == "symlink":  # to a good cache file: a link is refused whatever it points at
+        path.symlink_to(elsewhere)
+    elif kind == "socket":
+        import socket
+
+        with socket.socket(socket.AF_UNIX) as s:
+            s.bind(str(path))
+
+
+@pytest.mark.parametrize("backend", ["cl", "gl"])
+@pytest.mark.parametrize("kind", ["fifo", "directory", "symlink", "socket"])
+def test_a_fifo_or_directory_under_the_cache_name_is_refused_not_waited_on(kind, backend, tmp_path, reference):
+    """A FIFO there once hung the start forever (open waits for a writer); a directory raised IsADirectoryError.
+    In a child process, so a hang fails the test instead of stopping the suite."""
+    start(MODEL_A, tmp_path / "good", "tok", backend)
+    start(MODEL_A, tmp_path / "c", "tok", backend)
+    (name,) = bins(tmp_path / "c")
+    _replace_with(tmp_path / "c" / name, kind, tmp_path / "good" / name)
+    out = tmp_path / "out.npy"
+    try:
+        proc = subprocess.run([sys.executable, "-c", HOSTILE_START, str(tmp_path / "c"), backend, str(out)],
+                              capture_output=True, text=True, timeout=120, cwd=ROOT)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"the start hangs on a {kind} under the cache file's name")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    hits, misses, rejected = (int(v) for v in proc.stdout.split())
+    assert (hits, rejected) == (0, 1), proc.stdout
+    assert "ignoring cache file" in proc.stderr and "it will be rebuilt" in proc.stderr
+    assert_float_close(np.load(out), reference[MODEL_A])
+    if kind != "directory":  # the rename of the rebuilt file replaced it
+        assert stat.S_ISREG(os.lstat(tmp_path / "c" / name).st_mode)
+
+
+def test_cache_ls_and_clear_do_not_block_on_a_fifo(tmp_path):
+    start(MODEL_A, tmp_path, "tok")
+    os.mkfifo(tmp_path / "pipe.bin", 0o600)
+    (tmp_path / "dir.bin").mkdir()
+    (tmp_path / "link.bin").symlink_to(tmp_path / bins(tmp_path)[-1])
+    cli = [sys.executable, "-m", "gpu_delegate", "cache"]
+    try:
+        ls = subprocess.run([*cli, "ls", str(tmp_path)], capture_output=True, text=True, timeout=120, cwd=ROOT)
+        clear = subprocess.run([*cli, "clear", str(tmp_path)], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    except subprocess.TimeoutExpired:
+        pytest.fail("`gpu-delegate cache` hangs on a FIFO")
+    assert ls.returncode == 0, ls.stderr
+    rows = {line.split("|")[1].strip(): line for line in ls.stdout.splitlines() if ".bin |" in line}
+    assert "is a FIFO, not a regular file" in rows["pipe.bin"]
+    assert "is a directory, not a regular file" in rows["dir.bin"]
+    assert "is a symbolic link" in rows["link.bin"]
+    assert clear.returncode == 0, clear.stderr
+    assert "removed 1 cache file(s)" in clear.stdout
+    assert sorted(os.listdir(tmp_path)) == ["dir.bin", "link.bin", "pipe.bin"]
+
+
+# -- item 8: `cache clear` removes only files whose header is ours -----------------------------------------------
+
+def test_cache_clear_removes_only_our_files(tmp_path):
+    start(MODEL_A, tmp_path, "tok")
+    start(MODEL_B, tmp_path, "other")
+    ours = bins(tmp_path)
+    damaged = tmp_path / "damaged.bin"  # ours, cut short: its header still says so
+    damaged.write_bytes((tmp_path / ours[0]).read_bytes()[:-100])
+    (tmp_path / "photo.bin").write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(200))
+    (tmp_path / "firmware.bin").write_bytes(os.urandom(4096))
+    (tmp_path / "notes.txt").write_text("not a .bin")
+    cli = [sys.executable, "-m", "gpu_delegate", "cache"]
+    ls = subprocess.run([*cli, "ls", str(tmp_path)], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    rows = {line.split("|")[1].strip(): line for line in ls.stdout.splitlines() if ".bin |" in line}
+    assert "no: foreign: it is not a gpu_delegate cache file" in rows["photo.bin"]
+    assert "no: it fails its checksum" in rows["damaged.bin"] and "foreign" not in rows["damaged.bin"]
+    assert all(rows[n].rstrip(" |").endswith("yes") for n in ours)
+    clear = subprocess.run([*cli, "clear", str(tmp_path)], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert clear.returncode == 0, clear.stderr
+    assert "removed 3 cache file(s)" in clear.stdout
+    assert "kept firmware.bin: it is not a gpu_delegate cache file" in clear.stdout
+    assert sorted(os.listdir(tmp_path)) == ["firmware.bin", "notes.txt", "photo.bin"]
+    assert (tmp_path / "photo.bin").read_bytes().startswith(b"\x89PNG")
+
+
+# -- item 10: tokens counted in bytes, names that cannot be files, an empty directory option ------------------------
+
+def test_a_token_of_128_bytes_caches_and_one_of_more_is_refused(tmp_path):
+    token = "é" * 63 + "ab"  # 128 bytes in UTF-8
+    start(MODEL_A, tmp_path, token)
+    d, _ = start(MODEL_A, tmp_path, token)
+    assert d.cache.hits == 1 and bins(tmp_path)[0].startswith(token)
+    with pytest.raises(ValueError, match=r"model_token is 256 bytes long in UTF-8 \(128 characters\); at most 128"):
+        gd.GpuDelegate(backend="cl", serialization_dir=tmp_path, model_token="é" * 128)
+
+
+@pytest.mark.parametrize("token, match", [("\ud800", "not printable"), ("a\udcff", "not printable"),
+                                          ("a\nb", "not printable"), ("tab\there", "not printable"),
+                                          (b"bytes", "must be a non-empty string"),
+                                          (7, "must be a non-empty string")])
+def test_a_token_that_cannot_be_a_file_name_is_a_value_error(token, match, tmp_path):
+    with pytest.raises(ValueError, match=f"model_token=.*{match}"):
+        gd.GpuDelegate(backend="cl", serialization_dir=tmp_path, model_token=token)
+
+
+@pytest.mark.parametrize("directory, error, match", [
+    ("", ValueError, "serialization_dir='' is empty"),
+    ("a\0b", ValueError, "contains a NUL character"),
+    (42, TypeError, "serialization_dir must be a str or os.PathLike, not int"),
+    (b"/tmp/x", TypeError, "serialization_dir must be a str or os.PathLike, not bytes")])
+def test_a_serialization_dir_that_names_no_directory_is_an_error(directory, error, match, tmp_path,
+                                                                 monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(error, match=match):
+        gd.GpuDelegate(backend="cl", serialization_dir=directory, model_token="tok")
+    assert os.listdir(tmp_path) == []  # nothing cached in the current directory
