@@ -133,9 +133,9 @@ class PlanRunner:
         if cached is not None:
             plan, binaries = cached
         else:
-            device_type = backend.device_info().get("device_type", "gpu")
+            info = backend.device_info()
             plan = build_plan(graph, nodes, inputs, outputs, shapes, _op_classes(graph, nodes), quantized=quantized,
-                              device_type=device_type)
+                              device_type=info.get("device_type", "gpu"), max_buffers=info["max_buffers"])
             binaries = {}
         runner = cls(backend, plan, precision)
         runner.timings["plan_s"] = time.perf_counter() - t0

@@ -295,3 +295,104 @@ def test_a_serialization_dir_that_names_no_directory_is_an_error(directory, erro
     with pytest.raises(error, match=match):
         gd.GpuDelegate(backend="cl", serialization_dir=directory, model_token="tok")
     assert os.listdir(tmp_path) == []  # nothing cached in the current directory
+
+
+# -- item 6: a fused chain longer than the device binds is split, not refused ------------------------------------
+
+def affine_chain(n: int, shape: list[int], producer: str = "input") -> tuple[bytes, list[np.ndarray]]:
+    """n nodes alternating ADD and MUL with a tensor constant of the full shape (each binds a buffer when fused),
+    after the input or after a 1x1 CONV_2D; returns the model and the weights [w, b, c0, c1, ...]."""
+    rng = np.random.default_rng(n)
+    mb = ModelBuilder()
+    cur = mb.input("x", shape)
+    weights = []
+    if producer == "conv":
+        w = rng.standard_normal((shape[3], 1, 1, shape[3])).astype(np.float32) * 0.5
+        b = rng.standard_normal(shape[3]).astype(np.float32)
+        out = mb.tensor("conv", shape)
+        mb.op("CONV_2D", [cur, mb.const("w", w), mb.const("b", b)], [out], padding="VALID", stride_w=1, stride_h=1)
+        weights += [w, b]
+        cur = out
+    for k in range(n):
+        c = (rng.uniform(0.9, 1.1, shape) if k % 2 else rng.uniform(-0.1, 0.1, shape)).astype(np.float32)
+        out = mb.tensor(f"t{k}", shape)
+        mb.op("MUL" if k % 2 else "ADD", [cur, mb.const(f"c{k}", c)], [out])
+        weights.append(c)
+        cur = out
+    mb.output(cur)
+    return mb.build(), weights
+
+
+def affine_chain_reference(x: np.ndarray, n: int, weights: list[np.ndarray]) -> np.ndarray:
+    y = x.astype(np.float64)
+    for k, c in enumerate(weights[-n:]):
+        y = y * c if k % 2 else y + c
+    return y.astype(np.float32)
+
+
+def plan_of(it) -> object:
+    (runner,) = [s.kernel.runner for s in it._steps if getattr(getattr(s, "kernel", None), "runner", None)]
+    return runner
+
+
+def buffers_bound(call) -> int:
+    return len(call.inputs) + len(call.outputs) + len(call.consts) + sum(p.source is not None for p in call.postops)
+
+
+@pytest.mark.parametrize("backend", ["cl", "gl"])
+def test_a_fused_chain_longer_than_the_buffer_limit_is_split(backend):
+    """15 fused ADD/MUL with tensor constants need 17 buffers in one kernel; GL binds 16 here (CL 128): the chain
+    continues in copy kernels, each within the limit, instead of failing with DelegateError."""
+    d = gd.GpuDelegate(backend=backend)
+    limit = d.backend.device_info()["max_buffers"]
+    n = limit - 1  # with the input and the output: limit + 1 buffers if fused into one kernel
+    content, weights = affine_chain(n, [1, 3, 4, 6])
+    it = gd.Interpreter(model_content=content, experimental_delegates=[d])
+    x = np.random.default_rng(1).standard_normal([1, 3, 4, 6]).astype(np.float32)
+    (got,) = run(it, [x])
+    assert {o["backend"] for o in it.get_ops_details()} == {backend}
+    assert_float_close(got, affine_chain_reference(x, n, weights), rel=1e-5)
+    kernels = plan_of(it).plan.kernels
+    assert len(kernels) >= 2 and max(buffers_bound(k) for k in kernels) <= limit
+    assert sum(len(k.postops) for k in kernels) == n  # still fused: no node got a kernel of its own
+
+
+def test_a_chain_fused_into_a_convolution_is_split_at_the_limit():
+    """The producer's own buffers count too: a convolution binds 4 (input, weights, bias, output)."""
+    d = gd.GpuDelegate(backend="gl")
+    limit = d.backend.device_info()["max_buffers"]
+    content, weights = affine_chain(limit, [1, 5, 5, 8], producer="conv")
+    it = gd.Interpreter(model_content=content, experimental_delegates=[d])
+    x = np.random.default_rng(2).standard_normal([1, 5, 5, 8]).astype(np.float32)
+    (got,) = run(it, [x])
+    assert {o["backend"] for o in it.get_ops_details()} == {"gl"}
+    assert_float_close(got, run_litert(content, [x])[0])
+    assert max(buffers_bound(k) for k in plan_of(it).plan.kernels) <= limit
+
+
+# -- item 7: preparation grows linearly with the graph ---------------------------------------------------------------
+
+@pytest.mark.parametrize("backend", ["cl", "gl"])
+def test_a_long_fused_chain_compiles_as_a_few_short_programs(backend):
+    """llvmpipe compiles a shader in time quadratic in its length (fused TANH steps: 2.8 ms each in a chain of 64,
+    13 ms each in a chain of 1000; 4000 took 337 s): a fused chain is cut into runs of at most 64 post-ops, and
+    identical runs are one program."""
+    n = 265
+    mb = ModelBuilder()
+    cur = mb.input("x", [1, 3, 3, 4])
+    for k in range(n):
+        out = mb.tensor(f"t{k}", [1, 3, 3, 4])
+        mb.op("TANH", [cur], [out])
+        cur = out
+    mb.output(cur)
+    it = gd.Interpreter(model_content=mb.build(), experimental_delegates=[gd.GpuDelegate(backend=backend)])
+    x = np.linspace(-3, 3, 36, dtype=np.float32).reshape(1, 3, 3, 4)
+    (got,) = run(it, [x])
+    want = x.astype(np.float64)
+    for _ in range(n):
+        want = np.tanh(want)
+    assert_float_close(got, want.astype(np.float32), rel=1e-5)
+    runner = plan_of(it)
+    assert max(len(k.postops) for k in runner.plan.kernels) <= 64
+    assert sum(len(k.postops) for k in runner.plan.kernels) == n
+    assert len(runner.by_digest) <= 2  # the full runs are one program, a last, shorter run another
