@@ -372,6 +372,81 @@ def test_a_chain_fused_into_a_convolution_is_split_at_the_limit():
 
 # -- item 7: preparation grows linearly with the graph ---------------------------------------------------------------
 
+def chain(n: int, kind: str) -> bytes:
+    """A chain of n nodes: "copies" (ADD(t, t): a kernel each, nothing fused), "fused" (ADD/MUL with tensor
+    constants: fused, then split at the limits), "interleaved" (every third node an ATAN2 the GPU path does not
+    take: a partition per two nodes), "pads" (PAD merged into the VALID 1x1 convolution that reads it)."""
+    shape = [1, 4, 4, 8]
+    mb = ModelBuilder()
+    cur = mb.input("x", shape)
+    for k in range(n):
+        out = mb.tensor(f"t{k}", shape)
+        if kind == "copies" or (kind == "interleaved" and k % 3 != 2):
+            mb.op("ADD", [cur, cur], [out])
+        elif kind == "interleaved":
+            mb.op("ATAN2", [cur, mb.const(f"c{k}", np.full(shape, 0.5, np.float32))], [out])
+        elif kind == "fused":
+            mb.op("MUL" if k % 2 else "ADD", [cur, mb.const(f"c{k}", np.full(shape, 0.5, np.float32))], [out])
+        else:
+            padded = mb.tensor(f"p{k}", [1, 6, 6, 8])
+            mb.op("PAD", [cur, mb.const(f"pads{k}", np.array([[0, 0], [1, 1], [1, 1], [0, 0]], np.int32))], [padded])
+            mb.op("CONV_2D", [padded, mb.const(f"w{k}", np.full((8, 3, 3, 8), 0.01, np.float32)),
+                              mb.const(f"b{k}", np.zeros(8, np.float32))], [out], padding="VALID", stride_w=1,
+                  stride_h=1)
+        cur = out
+    mb.output(cur)
+    return mb.build()
+
+
+def calls_to_prepare(content: bytes, backend: str) -> int:
+    """Python function calls made constructing an interpreter and allocating its tensors: a count, not a time,
+    so it says how the work grows however busy the machine is."""
+    import cProfile
+    import pstats
+
+    d = gd.GpuDelegate(backend=backend, max_delegated_partitions=10**6)
+    profile = cProfile.Profile()
+    profile.enable()
+    it = gd.Interpreter(model_content=content, experimental_delegates=[d])
+    it.allocate_tensors()
+    profile.disable()
+    assert "cpu" not in {o["backend"] for o in it.get_ops_details() if o["op_name"] != "ATAN2"}
+    return int(pstats.Stats(profile).total_calls)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("kind", ["copies", "fused", "interleaved", "pads"])
+def test_preparing_a_chain_grows_linearly(kind):
+    """A 10,000-node chain took 131 s to prepare on cl (1.1 s on the CPU path): the fusion pass asked every node
+    whether it read each tensor, the memory plan compared each tensor with every lifetime in a buffer, and each
+    partition's boundary walked the whole graph. Four times the nodes must cost about four times the calls."""
+    calls_to_prepare(chain(20, kind), "cl")  # first-time work (kernel sources read, programs built) out of the way
+    small, large = (calls_to_prepare(chain(n, kind), "cl") for n in (200, 800))
+    assert large / small < 4.6, f"{kind}: {small} calls for 200 nodes, {large} for 800 ({large / small:.2f}x)"
+
+
+def test_the_memory_plan_of_a_long_chain_grows_linearly():
+    """Each buffer of a chain's memory plan holds thousands of lifetimes; placing a tensor must not compare it with
+    each of them."""
+    import cProfile
+    import pstats
+
+    from gpu_delegate.lowering import memory
+    from gpu_delegate.lowering.plan import KernelCall, Plan
+
+    def calls(n: int) -> int:
+        kernels = [KernelCall("copy", k, {"src": k}, {"dst": k + 1}, {}, {}, (1, 1, 1)) for k in range(n)]
+        plan = Plan({t: (1, 1, 1, 4) for t in range(n + 1)}, {}, kernels, [0], [n])
+        profile = cProfile.Profile()
+        profile.enable()
+        memory.run(plan)
+        profile.disable()
+        assert len(plan.buffer_sizes) == 2  # a chain needs two buffers, used in turn
+        return int(pstats.Stats(profile).total_calls)  # type: ignore[attr-defined]
+
+    small, large = calls(2000), calls(8000)
+    assert large / small < 4.6, f"{small} calls for 2000 kernels, {large} for 8000 ({large / small:.2f}x)"
+
+
 @pytest.mark.parametrize("backend", ["cl", "gl"])
 def test_a_long_fused_chain_compiles_as_a_few_short_programs(backend):
     """llvmpipe compiles a shader in time quadratic in its length (fused TANH steps: 2.8 ms each in a chain of 64,

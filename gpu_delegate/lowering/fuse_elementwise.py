@@ -16,6 +16,7 @@ def run(view: PartitionView, quantized: bool, const_key: ConstKey) -> PassResult
     result = PassResult("fuse_elementwise")
     graph = view.graph
     position = {n: i for i, n in enumerate(view.nodes)}
+    readers = view.readers()
     root_of: dict[int, int] = {}  # tensor -> node whose kernel writes it
     fused: set[int] = set()
     for n in view.nodes:
@@ -29,7 +30,7 @@ def run(view: PartitionView, quantized: bool, const_key: ConstKey) -> PassResult
             if p is None:
                 continue
             why_not = ""
-            if t in view.outputs or len(view.consumers(t)) != 1:
+            if t in view.outputs or len(readers.get(t, ())) != 1:
                 why_not = f"tensor {t} is read elsewhere too"
             elif len(node.outputs) != 1 or len(graph.nodes[p].outputs) != 1:
                 why_not = "a node with several outputs takes part"

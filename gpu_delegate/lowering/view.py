@@ -61,8 +61,15 @@ class PartitionView:
     def is_const(self, t: int) -> bool:
         return t >= 0 and (t in self.folded or self.graph.tensors[t].data is not None)
 
-    def consumers(self, t: int) -> list[int]:
-        return [n for n in self.nodes if t in self.node_inputs(n)]
+    def readers(self) -> dict[int, list[int]]:
+        """tensor -> the nodes still to lower that read it (as ``read_as`` stands now: a pass that
+        redirects a read after asking keeps this map up to date itself). One pass over the nodes, so that a pass
+        asking about every tensor stays linear in the partition's size."""
+        out: dict[int, list[int]] = {}
+        for n in self.nodes:
+            for t in dict.fromkeys(self.node_inputs(n)):
+                out.setdefault(t, []).append(n)
+        return out
 
     def node_inputs(self, n: int) -> list[int]:
         return [self.read_as.get((n, k), t) for k, t in enumerate(self.graph.nodes[n].inputs)]
