@@ -66,13 +66,9 @@ def check_token(token: object) -> None:
         raise ValueError(f"model_token={token!r} must be a non-empty string")
     if "/" in token or "\\" in token or ".." in token or token.startswith("."):
         raise ValueError(f"model_token={token!r} must be a plain name: no path separators, '..' or leading '.'")
-    if not token.isprintable():
-        raise ValueError(f"model_token={token!r} has a character that is not printable (a control character, "
-                         "or half of a UTF-16 surrogate pair)")
-    try:
-        size = len(token.encode("utf-8"))
-    except UnicodeEncodeError as e:
-        raise ValueError(f"model_token={token!r} cannot be written in UTF-8: {e.reason}") from None
+    if not token.isprintable():  # control and format characters, and lone surrogates, which UTF-8 cannot write
+        raise ValueError(f"model_token={token!r} has a character that is not printable")
+    size = len(token.encode("utf-8"))
     if size > MAX_TOKEN_BYTES:
         raise ValueError(f"model_token is {size} bytes long in UTF-8 ({len(token)} characters); at most "
                          f"{MAX_TOKEN_BYTES} bytes are allowed")
@@ -129,9 +125,13 @@ class UntrustedFile(ValueError):
     """A cache file refused before its contents are read (what it is, who owns it, who may write it)."""
 
 
-def _open_regular(name: str, dir_fd: int) -> int:
-    """A descriptor of regular file ``name`` in ``dir_fd``, opened without following a link or blocking;
-    FileNotFoundError if there is none, UntrustedFile for anything else there."""
+class _Untrusted(Exception):
+    """The serialization directory failed its check (already reported with a warning)."""
+
+
+def _open_regular(name: str, dir_fd: int) -> tuple[int, os.stat_result]:
+    """A descriptor of regular file ``name`` in ``dir_fd`` and its status, opened without following a link or
+    blocking; FileNotFoundError if there is none, UntrustedFile for anything else there."""
     try:
         fd = os.open(name, _OPEN_FLAGS, dir_fd=dir_fd)
     except FileNotFoundError:
@@ -140,22 +140,16 @@ def _open_regular(name: str, dir_fd: int) -> int:
         if e.errno == errno.ELOOP:
             raise UntrustedFile("is a symbolic link") from None
         raise UntrustedFile(f"cannot be opened ({e.strerror})") from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise UntrustedFile(f"is {_kind(st.st_mode)}, not a regular file")
-        why = distrust(st)
-        if why:
-            raise UntrustedFile(why)
-    except BaseException:
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
         os.close(fd)
-        raise
-    return fd
+        raise UntrustedFile(f"is {_kind(st.st_mode)}, not a regular file")
+    return fd, st
 
 
 @contextmanager
 def _directory(path: Path) -> Iterator[int]:
-    """A descriptor of directory ``path`` (no link followed at its last component); OSError if it is not one."""
+    """A descriptor of directory ``path``; OSError if there is none."""
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         yield fd
@@ -230,7 +224,7 @@ class Cache:
         try:
             with self._trusted() as dir_fd:
                 try:
-                    fd = _open_regular(entry.name, dir_fd)
+                    fd, st = _open_regular(entry.name, dir_fd)
                 except FileNotFoundError:
                     self.misses += 1
                     return None
@@ -241,6 +235,10 @@ class Cache:
             self._reject(entry, str(e))
             return None
         with os.fdopen(fd, "rb") as f:
+            why = distrust(st)
+            if why is not None:
+                self._reject(entry, why)
+                return None
             data = f.read()
         try:
             header, payload = _unpack(data)
@@ -365,14 +363,12 @@ class Cache:
         return removed, kept
 
 
-class _Untrusted(Exception):
-    """The serialization directory failed its check (already reported with a warning)."""
-
-
 def _describe(name: str, dir_fd: int) -> dict[str, Any]:
+    """What `cache ls` says of file ``name``; "ours": a regular file of this user that starts with a gpu_delegate
+    cache header (of any format version, valid or not): what `cache clear` may remove."""
     entry: dict[str, Any] = {"file": name, "size": 0, "ours": False, "valid": False}
     try:
-        fd = _open_regular(name, dir_fd)
+        fd, st = _open_regular(name, dir_fd)
     except FileNotFoundError:
         entry["error"] = "is gone"
         return entry
@@ -384,13 +380,16 @@ def _describe(name: str, dir_fd: int) -> dict[str, Any]:
         entry["error"] = str(e)
         return entry
     with os.fdopen(fd, "rb") as f:
-        entry["size"] = os.fstat(f.fileno()).st_size
+        entry["size"] = st.st_size
+        if st.st_uid != os.getuid():
+            entry["error"] = distrust(st)
+            return entry
         if f.read(len(MAGIC)) != MAGIC:
             entry["error"] = "is not a gpu_delegate cache file"
             return entry
         data = MAGIC + f.read()
     try:
-        header = _read_header(data)
+        _, header = _read_header(data)
     except ValueError as e:
         entry["error"] = str(e)
         return entry
@@ -398,9 +397,14 @@ def _describe(name: str, dir_fd: int) -> dict[str, Any]:
                  package=header.get("package"))
     try:
         _unpack(data)
-        entry["valid"] = True
     except ValueError as e:
         entry["error"] = str(e)
+        return entry
+    why = distrust(st)
+    if why is not None:
+        entry["error"] = why
+        return entry
+    entry["valid"] = True
     return entry
 
 
@@ -410,33 +414,34 @@ def _pack(header: dict[str, Any], payload: bytes) -> bytes:
     return MAGIC + body + hashlib.sha256(body).digest()
 
 
-def _read_header(data: bytes) -> dict[str, Any]:
-    """The JSON header of a cache file, read without its checksum: to tell a damaged file of ours from a foreign
-    one."""
+def _read_header(data: bytes) -> tuple[int, dict[str, Any]]:
+    """The format version and the JSON header of a cache file, read without checking either or the checksum: to
+    tell a damaged or older file of ours from a foreign one."""
     if not data.startswith(MAGIC):
         raise ValueError("is not a gpu_delegate cache file")
     body = data[len(MAGIC):]
     if len(body) < _HEAD.size:
         raise ValueError("fails its checksum (truncated or corrupted)")
     version, n = _HEAD.unpack_from(body)
-    if version != FORMAT_VERSION:
-        raise ValueError(f"has format version {version}, this reader knows {FORMAT_VERSION}")
     try:
         header = json.loads(body[_HEAD.size:_HEAD.size + n])
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise ValueError(f"has an unreadable header ({e})") from None
     if not isinstance(header, dict):
         raise ValueError("has an unreadable header")
-    return header
+    return version, header
 
 
 def _unpack(data: bytes) -> tuple[dict[str, Any], bytes]:
+    """The header and the payload of a cache file whose checksum holds and whose format this reader knows."""
     if not data.startswith(MAGIC):
         raise ValueError("is not a gpu_delegate cache file")
     body, digest = data[len(MAGIC):-32], data[-32:]
     if len(data) < len(MAGIC) + _HEAD.size + 32 or hashlib.sha256(body).digest() != digest:
         raise ValueError("fails its checksum (truncated or corrupted)")
-    header = _read_header(data)
+    version, header = _read_header(data)
+    if version != FORMAT_VERSION:
+        raise ValueError(f"has format version {version}, this reader knows {FORMAT_VERSION}")
     _, n = _HEAD.unpack_from(body)
     return header, body[_HEAD.size + n:]
 

@@ -7,6 +7,7 @@ References: LiteRT for what a model computes, numpy formulas for the long chains
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import stat
@@ -247,6 +248,11 @@ def test_cache_clear_removes_only_our_files(tmp_path):
     ours = bins(tmp_path)
     damaged = tmp_path / "damaged.bin"  # ours, cut short: its header still says so
     damaged.write_bytes((tmp_path / ours[0]).read_bytes()[:-100])
+    _, payload = cache_mod._unpack((tmp_path / ours[0]).read_bytes())
+    head = b'{"package":"0.0.1","token":"old"}'
+    body = cache_mod._HEAD.pack(1, len(head)) + head + payload
+    (tmp_path / "older.bin").write_bytes(cache_mod.MAGIC + body + hashlib.sha256(body).digest())  # format 1
+    os.chmod(tmp_path / ours[1], 0o664)  # ours, but not to be trusted: listed as such, cleared all the same
     (tmp_path / "photo.bin").write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(200))
     (tmp_path / "firmware.bin").write_bytes(os.urandom(4096))
     (tmp_path / "notes.txt").write_text("not a .bin")
@@ -255,10 +261,12 @@ def test_cache_clear_removes_only_our_files(tmp_path):
     rows = {line.split("|")[1].strip(): line for line in ls.stdout.splitlines() if ".bin |" in line}
     assert "no: foreign: it is not a gpu_delegate cache file" in rows["photo.bin"]
     assert "no: it fails its checksum" in rows["damaged.bin"] and "foreign" not in rows["damaged.bin"]
-    assert all(rows[n].rstrip(" |").endswith("yes") for n in ours)
+    assert "no: it has format version 1, this reader knows 2" in rows["older.bin"]
+    assert rows[ours[0]].rstrip(" |").endswith("yes")
+    assert "no: it is writable by its group (mode 664)" in rows[ours[1]]
     clear = subprocess.run([*cli, "clear", str(tmp_path)], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert clear.returncode == 0, clear.stderr
-    assert "removed 3 cache file(s)" in clear.stdout
+    assert "removed 4 cache file(s)" in clear.stdout
     assert "kept firmware.bin: it is not a gpu_delegate cache file" in clear.stdout
     assert sorted(os.listdir(tmp_path)) == ["firmware.bin", "notes.txt", "photo.bin"]
     assert (tmp_path / "photo.bin").read_bytes().startswith(b"\x89PNG")
@@ -471,3 +479,4 @@ def test_a_long_fused_chain_compiles_as_a_few_short_programs(backend):
     assert max(len(k.postops) for k in runner.plan.kernels) <= 64
     assert sum(len(k.postops) for k in runner.plan.kernels) == n
     assert len(runner.by_digest) <= 2  # the full runs are one program, a last, shorter run another
+
