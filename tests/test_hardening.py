@@ -480,3 +480,40 @@ def test_a_long_fused_chain_compiles_as_a_few_short_programs(backend):
     assert sum(len(k.postops) for k in runner.plan.kernels) == n
     assert len(runner.by_digest) <= 2  # the full runs are one program, a last, shorter run another
 
+
+# -- bench/fuzz.py's hostile seeds and cache attacks ---------------------------------------------------------------
+
+FUZZ_HOSTILE = textwrap.dedent("""
+    import json
+    from bench import fuzz
+    out = {}
+    for model in ("fused_past_the_limit", "long_chain", "memory_bomb"):
+        for path in ("cpu", "cl", "gl"):
+            out[f"{model} {path}"] = fuzz.run_path(fuzz.seed_bytes(model), path)[0]
+    for attack in fuzz.CACHE_ATTACKS:
+        for path in ("cl", "gl"):
+            out[f"{attack} {path}"] = fuzz.run_path(fuzz.seed_bytes("fused_past_the_limit"), path, attack)[0]
+    print(json.dumps(out))
+""")
+
+
+def test_the_fuzzers_hostile_seeds_and_cache_attacks():
+    """The seeds for items 4, 6 and 7 run (or are refused as they must be) on every path, and every cache attack of
+    item 2 leaves a start that answers as the cold one did. In a child process: a hang must fail, not stall."""
+    import json
+
+    try:
+        proc = subprocess.run([sys.executable, "-c", FUZZ_HOSTILE], capture_output=True, text=True, timeout=600,
+                              cwd=ROOT)
+    except subprocess.TimeoutExpired:
+        pytest.fail("a hostile seed or a cache attack hangs")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.splitlines()[-1])
+    for path in ("cl", "gl"):
+        assert out[f"fused_past_the_limit {path}"] == f"ok: ran (191 nodes on {path})"
+        assert out[f"long_chain {path}"] == f"ok: ran (1000 nodes on {path})"
+    assert out["long_chain cpu"] == out["fused_past_the_limit cpu"] == "ok: ran"
+    assert {out[f"memory_bomb {p}"] for p in ("cpu", "cl", "gl")} == {"ok: refused at allocate"}
+    attacked = {k: v for k, v in out.items() if k.split()[0] not in ("fused_past_the_limit", "long_chain",
+                                                                     "memory_bomb")}
+    assert len(attacked) == 16 and all("answered as the cold start" in v for v in attacked.values()), attacked
