@@ -6,9 +6,18 @@ negative or the rank changed; an option out of range; an axis/shape/pad/index co
 quantization scales of the wrong count, axis out of range, non-finite or zero scales; a constant buffer too
 small or too large; an operand pointed at another, a missing or an out-of-range tensor; a back edge making a
 cycle; nodes swapped, dropped or duplicated; a tensor's type changed; graph inputs/outputs changed; an op
-swapped for another), writes it back with the ModelBuilder, and sometimes flips bytes or truncates the
-result. The mutated bytes then go through the reader, the partitioner, the lowering and the kernels of the
-CPU path, GpuDelegate(backend="cl") and GpuDelegate(backend="gl"): load, allocate, set zeros, invoke twice.
+swapped for another; every dimension of a tensor made large, so sizes overflow int64), writes it back with the
+ModelBuilder, and sometimes flips bytes or truncates the result. The mutated bytes then go through the reader,
+the partitioner, the lowering and the kernels of the CPU path, GpuDelegate(backend="cl") and
+GpuDelegate(backend="gl"): load, allocate, set zeros, invoke twice.
+
+The "hostile" seeds stress the limits rather than the format: a fused chain that binds more buffers than a GL
+kernel may (issue 18, item 6), a chain of 1500 nodes that must prepare in linear time (item 7: a quadratic pass
+shows up as a hang), and a kilobyte of model asking for gigabytes of tensors (item 4). A "cache" mutation (item 2)
+runs each GPU path twice over one serialization dir and, between the two starts, puts something hostile under
+the cache file's name (a FIFO, a directory, a symbolic link to /dev/zero, another model's cache file, a cut or
+flipped file) or makes the directory writable by others: the second start must neither hang nor fail, and must
+answer exactly as the first.
 
 Every case runs in a child process (a crash or a hang is a finding, and the child is restarted after the
 case that killed it). Acceptable outcomes: it runs; gpu_delegate.ModelError at any step; ValueError from
@@ -16,7 +25,7 @@ set_tensor; on a GPU path, a DelegateError that says what the device cannot do (
 error. Where the CPU path and a GPU path both run, their outputs are compared (a "mismatch", reported apart:
 a wrong answer, not a crash).
 
-    python bench/fuzz.py --seconds 180 [--seed 1] [--paths cpu,cl,gl] [--models small,real] [--json out.json]
+    python bench/fuzz.py --seconds 180 [--seed 1] [--paths cpu,cl,gl] [--models small,real,hostile] [--json out.json]
     python bench/fuzz.py --replay SEED:CASE      # one case in this process, with the full traceback
 """
 
@@ -172,18 +181,87 @@ def _int8() -> bytes:
     return mb.build()
 
 
+def _fused_past_the_limit() -> bytes:
+    """A 1x1 convolution and 40 ADD/MUL with tensor constants fused into it: 44 buffers for one kernel where GL
+    binds 16; then 150 TANH, longer than one kernel's post-op chain may be."""
+    from gpu_delegate.tflite import ModelBuilder
+
+    rng = np.random.default_rng(3)
+    f32 = np.float32
+    shape = [1, 4, 5, 6]
+    mb = ModelBuilder()
+    x = mb.input("x", shape)
+    cur = mb.tensor("conv", shape)
+    mb.op("CONV_2D", [x, mb.const("w", rng.standard_normal((6, 1, 1, 6)).astype(f32) * 0.4),
+                      mb.const("b", rng.standard_normal(6).astype(f32))], [cur], padding="VALID", stride_w=1,
+          stride_h=1)
+    for k in range(190):
+        out = mb.tensor(f"t{k}", shape)
+        if k < 40:
+            c = rng.uniform(0.9, 1.1, shape) if k % 2 else rng.uniform(-0.1, 0.1, shape)
+            mb.op("MUL" if k % 2 else "ADD", [cur, mb.const(f"c{k}", c.astype(f32))], [out])
+        else:
+            mb.op("TANH", [cur], [out])
+        cur = out
+    mb.output(cur)
+    return mb.build()
+
+
+def _long_chain() -> bytes:
+    """1500 nodes: ADD(t, t) (a kernel each), every fifth an ADD of a tensor constant (fused), and at node 1000 an
+    ATAN2 the GPU path does not take: a partition of 1000 nodes to prepare, then one of 499."""
+    from gpu_delegate.tflite import ModelBuilder
+
+    shape = [1, 2, 3, 4]
+    half = np.full(shape, 0.5, np.float32)
+    mb = ModelBuilder()
+    cur = mb.input("x", shape)
+    for k in range(1500):
+        out = mb.tensor(f"t{k}", shape)
+        if k == 1000:
+            mb.op("ATAN2", [cur, mb.const(f"a{k}", half)], [out])
+        elif k % 5 == 4:
+            mb.op("ADD", [cur, mb.const(f"c{k}", -half)], [out])
+        else:
+            mb.op("ADD", [cur, cur], [out])
+        cur = out
+    mb.output(cur)
+    return mb.build()
+
+
+def _memory_bomb() -> bytes:
+    """A kilobyte asking for 8 tensors of 10^9 values, each within the per-tensor limit: allocation must refuse
+    it with a ModelError, not let the process be killed for its memory."""
+    from gpu_delegate.tflite import ModelBuilder
+
+    mb = ModelBuilder()
+    x = mb.input("x", [1])
+    outs = []
+    for k in range(8):
+        y = mb.tensor(f"y{k}", [10**9])
+        mb.op("BROADCAST_TO", [x, mb.const(f"s{k}", np.array([10**9], np.int32))], [y], version=2)
+        outs.append(y)
+    mb.output(*outs)
+    return mb.build()
+
+
 SMALL = {"convnet": _convnet, "layout": _layout, "elementwise": _elementwise, "int8": _int8}
+HOSTILE = {"fused_past_the_limit": _fused_past_the_limit, "long_chain": _long_chain, "memory_bomb": _memory_bomb}
+HOSTILE_WEIGHT = 2  # per hostile model: the long chain costs seconds per path
 
 
 @cache
 def seed_bytes(name: str) -> bytes:
-    return SMALL[name]() if name in SMALL else (MODELS / name).read_bytes()
+    built = {**SMALL, **HOSTILE}
+    return built[name]() if name in built else (MODELS / name).read_bytes()
 
 
 def seed_names(models: str) -> list[tuple[str, int]]:
     out = []
     if "small" in models:
         out += [(n, SMALL_WEIGHT) for n in SMALL]
+    if "hostile" in models:
+        out += [(n, HOSTILE_WEIGHT) for n in HOSTILE]
     if "real" in models and MODELS.is_dir():
         out += [(n, w) for n, w in REAL.items() if (MODELS / n).exists()]
     return out
@@ -218,8 +296,11 @@ ODD_FLOATS = [0.0, -1.0, 1e-30, 1e30, float("nan"), float("inf"), -float("inf")]
 ODD_DTYPES = ["float16", "float32", "int8", "uint8", "int16", "int32", "int64", "bool"]
 # weighted towards the mutations that get past the reader and the graph checks into the GPU paths
 KINDS = ["dim", "dim", "dim", "rank", "attr", "attr", "attr", "const", "const", "const", "quant", "quant", "buffer",
-         "operand", "operand", "cycle", "order", "drop", "dtype", "io", "opcode", "opcode", "qlen", "flip", "truncate"]
-POST_WRITE = ("qlen", "flip", "truncate")  # edits of the serialized bytes
+         "operand", "operand", "cycle", "order", "drop", "dtype", "io", "opcode", "opcode", "qlen", "flip", "truncate",
+         "huge", "cache", "cache"]
+POST_WRITE = ("qlen", "flip", "truncate", "cache")  # edits of the serialized bytes, or of what surrounds a run
+# what a "cache" mutation does to the serialization dir between the two starts of a GPU path
+CACHE_ATTACKS = ("fifo", "directory", "symlink", "foreign", "truncate", "flip", "empty", "open-dir")
 
 
 class Unbuildable(Exception):
@@ -245,6 +326,10 @@ def mutate(model, rng: random.Random, kind: str) -> str:
         k, v = rng.randrange(len(t.shape)), rng.choice(ODD_DIMS)
         t.shape = t.shape[:k] + (v,) + t.shape[k + 1:]
         return f"tensor {t.index} dim {k} = {v}"
+    if kind == "huge":  # each dimension within int32, their product beyond int64
+        t = _pick(rng, acts)
+        t.shape = tuple(rng.choice([2**31 - 1, 1 << 30, 1 << 20]) for _ in range(max(len(t.shape), 4)))
+        return f"tensor {t.index} shape -> {list(t.shape)}"
     if kind == "rank":
         t = _pick(rng, acts)
         choice = rng.randrange(3)
@@ -448,6 +533,8 @@ def make_case(seed: int, index: int, names: list[tuple[str, int]]) -> tuple[str,
             cut = rng.choice([8, 16, 64, len(data) // 2, len(data) - 1, rng.randrange(len(data))])
             data = data[:cut]
             done.append(f"truncate: to {cut} bytes")
+        if "cache" in kinds:
+            done.append(f"cache: {rng.choice(CACHE_ATTACKS)}")
         return name, data, done
     raise Unbuildable(f"no buildable mutation of {name} in 20 draws")
 
@@ -468,16 +555,71 @@ def _delegate(path: str):
     return _DELEGATES[path]
 
 
-def run_path(content: bytes, path: str) -> tuple[str, list[np.ndarray] | None]:
-    """Outcome of one path ("ok: ..." or "FAIL: ...", raising on a finding) and its outputs if it ran."""
-    import gpu_delegate as gd
-
+def run_path(content: bytes, path: str, cache_attack: str | None = None) -> tuple[str, list[np.ndarray] | None]:
+    """Outcome of one path ("ok: ..." or "FAIL: ...", raising on a finding) and its outputs if it ran; on a GPU
+    path with ``cache_attack``, of the second of two starts over one serialization dir (run_attacked)."""
     delegates = None
     if path != "cpu":
         d = _delegate(path)
         if isinstance(d, Exception):
             return f"ok: backend unavailable ({d})", None
+        if cache_attack is not None:
+            return run_attacked(content, path, cache_attack)
         delegates = [d]
+    return _run(content, path, delegates)
+
+
+def run_attacked(content: bytes, path: str, attack: str) -> tuple[str, list[np.ndarray] | None]:
+    """A cold start that writes the serialization cache, ``attack`` on what it wrote, then a warm start, which must
+    not hang or fail (a finding raises) and must answer exactly as the cold one did."""
+    import gpu_delegate as gd
+
+    def start(directory: Path) -> tuple[str, list[np.ndarray] | None]:
+        return _run(content, path, [gd.GpuDelegate(backend=path, serialization_dir=directory, model_token="fuzz")])
+
+    with tempfile.TemporaryDirectory() as tmp:
+        directory = Path(tmp) / "cache"
+        cold, cold_outs = start(directory)
+        files = sorted(directory.glob("*.bin")) if directory.is_dir() else []
+        if cold_outs is None or not files:
+            return cold, cold_outs
+        if attack == "foreign":  # another model's cache file under this one's name
+            other = Path(tmp) / "other"
+            _run(seed_bytes("convnet"), path, [gd.GpuDelegate(backend=path, serialization_dir=other,
+                                                              model_token="fuzz")])
+            foreign = sorted(other.glob("*.bin"))[0].read_bytes()
+        for f in files:
+            if attack == "open-dir":
+                os.chmod(directory, 0o777)
+                break
+            data = f.read_bytes()
+            f.unlink()
+            if attack == "fifo":
+                os.mkfifo(f, 0o600)
+            elif attack == "directory":
+                f.mkdir()
+            elif attack == "symlink":
+                f.symlink_to("/dev/zero")
+            elif attack == "foreign":
+                f.write_bytes(foreign)
+            elif attack == "truncate":
+                f.write_bytes(data[:len(data) // 2])
+            elif attack == "flip":
+                f.write_bytes(data[:len(data) // 2] + bytes([data[len(data) // 2] ^ 1]) + data[len(data) // 2 + 1:])
+            else:
+                f.write_bytes(b"")
+        warm, warm_outs = start(directory)
+        if warm_outs is None:
+            raise AssertionError(f"the start after '{attack}' in the cache dir did not run: {warm}")
+        for k, ((a, _), (b, _)) in enumerate(zip(cold_outs, warm_outs)):
+            if a.shape != b.shape or a.tobytes() != b.tobytes():
+                raise AssertionError(f"after '{attack}' in the cache dir, output {k} differs from the cold start's")
+        return f"{warm} (cache: {attack}, answered as the cold start)", warm_outs
+
+
+def _run(content: bytes, path: str, delegates: list | None) -> tuple[str, list[np.ndarray] | None]:
+    import gpu_delegate as gd
+
     try:
         it = gd.Interpreter(model_content=content, experimental_delegates=delegates)
     except gd.ModelError:
@@ -546,10 +688,11 @@ def run_case(seed: int, index: int, names: list[tuple[str, int]], paths: list[st
         name, content, done = make_case(seed, index, names)
     except Unbuildable as e:
         return {"model": "?", "mutations": [str(e)], "outcomes": {}, "skipped": True}
+    attack = next((m.split(": ", 1)[1] for m in done if m.startswith("cache: ")), None)
     outcomes, outputs = {}, {}
     for path in paths:
         try:
-            outcomes[path], outputs[path] = run_path(content, path)
+            outcomes[path], outputs[path] = run_path(content, path, attack)
         except Exception as e:  # noqa: BLE001  (anything else is the finding)
             frames = traceback.extract_tb(e.__traceback__)
             ours = [f for f in frames if f"{os.sep}gpu_delegate{os.sep}" in f.filename]
@@ -704,7 +847,7 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=60.0)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--paths", default=",".join(PATHS), help="of cpu, cl, gl")
-    ap.add_argument("--models", default="small,real", help="small, real, or both")
+    ap.add_argument("--models", default="small,real,hostile", help="of small, real, hostile")
     ap.add_argument("--json", help="write the summary here")
     ap.add_argument("--replay", help="SEED:CASE: run one case here and show tracebacks")
     args = ap.parse_args()
@@ -718,7 +861,11 @@ def main() -> None:
         print(f"case {seed}:{index} of {name}: {done}")
         import gpu_delegate as gd
 
+        attack = next((m.split(": ", 1)[1] for m in done if m.startswith("cache: ")), None)
         for path in paths:
+            if attack is not None and path != "cpu":
+                print(f"{path}: {run_path(content, path, attack)[0]}")  # a finding raises, with its traceback
+                continue
             delegates = None if path == "cpu" else [gd.GpuDelegate(backend=path)]
             try:
                 it = gd.Interpreter(model_content=content, experimental_delegates=delegates)

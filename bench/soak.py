@@ -9,7 +9,7 @@
    to where they were, and RSS growth per interpreter is reported.
 
     python bench/soak.py [--invokes 10000] [--max-seconds 600] [--backends cl,gl] [--model mobilenet|demo]
-                         [--interpreters 200] [--json out.json]
+                         [--interpreters 200] [--churn-model M.tflite] [--json out.json]
 
 GL on llvmpipe runs MobileNetV2 at ~0.8 s per invoke: cap it with --max-seconds (the N reached is reported).
 """
@@ -107,9 +107,9 @@ def soak_invokes(content: bytes, backend: str, n: int, max_seconds: float) -> di
             "live_buffers_after": live_buffers(backend), "answers_changed": changed, "samples": samples}
 
 
-def soak_churn(backend: str, m: int) -> dict:
-    content = churn_model()
-    x = np.random.default_rng(1).standard_normal((1, 6, 7, 5)).astype(np.float32)
+def soak_churn(backend: str, m: int, content: bytes) -> dict:
+    inp = gd.Interpreter(model_content=content).get_input_details()[0]
+    x = np.random.default_rng(1).standard_normal(inp["shape"]).astype(inp["dtype"])
     reference = None
 
     def one(delegate) -> None:
@@ -159,6 +159,8 @@ def main() -> None:
     ap.add_argument("--backends", default="cl,gl")
     ap.add_argument("--model", choices=["mobilenet", "demo"], default="mobilenet")
     ap.add_argument("--interpreters", type=int, default=200)
+    ap.add_argument("--churn-model", help="the churn's model (default: a small built-in one); each interpreter with "
+                    "its own delegate compiles all of its programs again")
     ap.add_argument("--json")
     args = ap.parse_args()
     if args.model == "mobilenet" and MOBILENET.exists():
@@ -184,7 +186,8 @@ def main() -> None:
                   f"{r['live_buffers_before']} -> {r['live_buffers_after']}, answer changed "
                   f"{r['answers_changed']} times")
         if args.interpreters:
-            report["churn"].append(soak_churn(backend, args.interpreters))
+            churn = Path(args.churn_model).read_bytes() if args.churn_model else churn_model()
+            report["churn"].append(soak_churn(backend, args.interpreters, churn))
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=1))
     bad = [r for r in report["invokes"] if r["live_buffers_after"] != r["live_buffers_before"] or r["answers_changed"]]

@@ -250,7 +250,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="built-in model: width multiplier")
 
     k = sub.add_parser("cache", allow_abbrev=False, help="list or clear a serialization directory",
-                       description="See (file, size, token, backend, date) or remove the delegate's cache files.")
+                       description="See (file, size, token, backend, date) or remove the delegate's cache files: "
+                                   "`clear` removes only files whose header is a gpu_delegate cache header.")
     k.add_argument("action", choices=("ls", "clear"))
     k.add_argument("directory", metavar="DIR", help="the delegate's serialization_dir")
     return parser
@@ -1175,26 +1176,30 @@ def _ranges(nodes: list[int]) -> str:
 
 
 def cmd_cache(args: argparse.Namespace) -> int:
-
     directory = Path(args.directory)
     if not directory.is_dir():
         raise UserError(f"{args.directory}: not a directory")
-    entries = Cache.entries(directory)
     if args.action == "clear":
-        for e in entries:
-            (directory / e["file"]).unlink()
-        for tmp in directory.glob(".tmp-*"):
-            tmp.unlink()
-        print(f"removed {len(entries)} cache file(s) from {directory}")
+        removed, kept = Cache.clear(directory)
+        print(f"removed {len(removed)} cache file(s) from {directory}")
+        for e in kept:
+            print(f"kept {_printable(e['file'])}: it {e['error']}")
         return 0
+    entries = Cache.entries(directory)
     print("| file | size | token | backend | created | valid |")
     print("|---|---:|---|---|---|---|")
     for e in entries:
         created = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(e["created"])) if e.get("created") else "-"
-        print(f"| {e['file']} | {e['size']} | {e.get('token') or '-'} | {e.get('backend') or '-'} | {created} | "
-              f"{'yes' if e['valid'] else 'no: ' + e.get('error', '')} |")
+        verdict = "yes" if e["valid"] else f"no: {'' if e['ours'] else 'foreign: '}it {e.get('error', '')}"
+        print(f"| {_printable(e['file'])} | {e['size']} | {_printable(e.get('token') or '-')} | "
+              f"{_printable(e.get('backend') or '-')} | {created} | {verdict} |")
     print(f"{len(entries)} file(s), {sum(e['size'] for e in entries)} bytes")
     return 0
+
+
+def _printable(text: object) -> str:
+    """A name from a directory or a file's header as a table cell: no control characters, no cell breaks."""
+    return "".join(c if c.isprintable() and c != "|" else "?" for c in str(text))
 
 
 # -- entry point ---------------------------------------------------------------------------------------------

@@ -77,21 +77,23 @@ def group_supported(graph: Graph, supported: set[int]) -> list[Partition]:
     for n in graph.live_nodes:
         if n.index in supported:
             groups.setdefault(level[n.index], []).append(n.index)
-    return [boundary(graph, nodes) for _, nodes in sorted(groups.items())]
+    return [boundary(graph, nodes, consumers) for _, nodes in sorted(groups.items())]
 
 
-def boundary(graph: Graph, nodes: list[int]) -> Partition:
+def boundary(graph: Graph, nodes: list[int], consumers: dict[int, list[int]]) -> Partition:
+    """The partition of ``nodes``, with the tensors it reads from outside and those read outside it or by the
+    graph's caller; ``consumers`` is ``graph.consumers()``, computed once for all partitions."""
     inside = set(nodes)
     produced = {t for i in nodes for t in graph.nodes[i].outputs}
-    inputs: list[int] = []
+    inputs: dict[int, None] = {}  # ordered, and a membership test that does not scan
     for i in nodes:
         for t in graph.nodes[i].inputs:
-            if t >= 0 and t not in produced and graph.tensors[t].data is None and t not in inputs:
-                inputs.append(t)
-    consumers = graph.consumers()
+            if t >= 0 and t not in produced and graph.tensors[t].data is None:
+                inputs[t] = None
+    graph_outputs = set(graph.outputs)
     outputs = [t for i in nodes for t in graph.nodes[i].outputs
-               if t in graph.outputs or any(c not in inside for c in consumers.get(t, []))]
-    return Partition(nodes, inputs, outputs)
+               if t in graph_outputs or any(c not in inside for c in consumers.get(t, []))]
+    return Partition(nodes, list(inputs), outputs)
 
 
 def schedule(graph: Graph, partitions: list[Partition]) -> list[int | Partition]:

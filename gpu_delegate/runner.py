@@ -6,10 +6,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-import os
-import tempfile
 import time
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
@@ -144,16 +141,17 @@ class PlanRunner:
             if cache is not None:
                 fp = fingerprint([__version__, backend.name, device, precision, quantized,
                                   *partition_parts(graph, nodes, shapes)])
-                path = cache.path(fp, graph.model_digest)
-                cached = cache.load(path, device)
-                progress.stage(f"cache {'hit' if cached is not None else 'miss'}: {path}")
-            device_type = backend.device_info().get("device_type", "gpu")
+                entry = cache.entry(fp, graph.model_digest)
+                cached = cache.load(entry, device)
+                progress.stage(f"cache {'hit' if cached is not None else 'miss'}: {cache.path(entry)}")
+            info = backend.device_info()
+            device_type = info.get("device_type", "gpu")
             if cached is not None:
                 plan, binaries = cached
             else:
                 progress.stage(f"planning {len(nodes)} nodes")
                 plan = build_plan(graph, nodes, inputs, outputs, shapes, _op_classes(graph, nodes),
-                                  quantized=quantized, device_type=device_type)
+                                  quantized=quantized, device_type=device_type, max_buffers=info["max_buffers"])
                 binaries = {}
             runner = cls(backend, plan, precision)
             runner.timings["plan_s"] = time.perf_counter() - t0
@@ -176,8 +174,8 @@ class PlanRunner:
             # itself (then the file holds none, and each start would write it again for nothing)
             rebuilt = compiled > 0 and not backend.driver_caches_programs
             if cache is not None and (cached is None or tuned or rebuilt):
-                progress.stage(f"storing {path}")
-                cache.store(path, device, backend.name, plan, runner.binaries())
+                progress.stage(f"storing {cache.path(entry)}")
+                cache.store(entry, device, backend.name, plan, runner.binaries())
         finally:
             progress.close()
         return runner
@@ -189,7 +187,7 @@ class PlanRunner:
         if delegate.inference_preference == "sustained_speed":
             return True
         cache = delegate.cache
-        return cache is not None and device_type in TUNE_FOR_CACHE and _writable(cache.directory)
+        return cache is not None and device_type in TUNE_FOR_CACHE and cache.takes_files()
 
     def boundary_specs(self, codes: dict[int, tuple[float, int]], feeds: dict[int, np.ndarray]) -> list[KernelSpec]:
         """The conversion kernels of the partition's boundary (Backend.boundary_specs): inputs given as codes
@@ -395,18 +393,6 @@ class PlanRunner:
 def _fits(local: tuple[int, int, int], info: DeviceInfo) -> bool:
     return math.prod(local) <= info["max_work_group_size"] and all(
         n <= d for n, d in zip(local, info["max_work_group_dims"]))
-
-
-def _writable(directory: Path) -> bool:
-    """Whether a file can be made in ``directory`` now (tried, not inferred from permission bits: root
-    writes through them, and a read-only mount refuses everyone)."""
-    try:
-        fd, name = tempfile.mkstemp(prefix=".tmp-probe-", dir=directory)
-    except OSError:
-        return False
-    os.close(fd)
-    os.unlink(name)
-    return True
 
 
 def _op_classes(graph: Graph, nodes: list[int]) -> dict[int, GpuOp]:

@@ -224,10 +224,10 @@ def _small_plan() -> Plan:
 
 def test_store_then_load_gives_the_same_plan_and_binaries(tmp_path):
     cache = cache_mod.Cache.open(tmp_path, "tok")
-    path = cache.path("f" * 24, "")
+    entry = cache.entry("f" * 24, "d" * 64)
     plan = _small_plan()
-    assert cache.store(path, "device-1", "cl", plan, {"abc": b"\x00\x01binary"})
-    loaded = cache.load(path, "device-1")
+    assert cache.store(entry, "device-1", "cl", plan, {"abc": b"\x00\x01binary"})
+    loaded = cache.load(entry, "device-1")
     assert loaded is not None and cache.hits == 1
     got, binaries = loaded
     assert binaries == {"abc": b"\x00\x01binary"}
@@ -238,12 +238,12 @@ def test_store_then_load_gives_the_same_plan_and_binaries(tmp_path):
 
 def test_load_returns_none_for_a_missing_or_refused_file(tmp_path, caplog):
     cache = cache_mod.Cache.open(tmp_path, "tok")
-    path = cache.path("f" * 24, "")
-    assert cache.load(path, "device-1") is None and cache.misses == 1
-    assert cache.store(path, "device-1", "cl", _small_plan(), {})
+    entry = cache.entry("f" * 24, "d" * 64)
+    assert cache.load(entry, "device-1") is None and cache.misses == 1
+    assert cache.store(entry, "device-1", "cl", _small_plan(), {})
     with caplog.at_level(logging.WARNING, logger="gpu_delegate"):
-        assert cache.load(path, "device-2") is None
-        path.write_bytes(b"\x00" * 64)
-        assert cache.load(path, "device-1") is None
+        assert cache.load(entry, "device-2") is None
+        cache.path(entry).write_bytes(b"\x00" * 64)
+        assert cache.load(entry, "device-1") is None
     assert cache.rejected == 2 and cache.hits == 0
     assert "was written for another device" in caplog.text and "is not a gpu_delegate cache file" in caplog.text

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import gpu_delegate as gd
+from gpu_delegate import cache as cache_mod
 from gpu_delegate import progress as progress_mod
 from gpu_delegate.backends import codegen, create_backend
 from gpu_delegate.backends.base import device_fingerprint
@@ -239,6 +240,12 @@ def test_the_cli_shows_preparation(tmp_path):
     assert "gpu_delegate cl: first launch" in result.stderr, result.stderr
 
 
+def program_binaries(path) -> list[str]:
+    """The program binaries a cache file holds, by name (its checksum checked)."""
+    header, _ = cache_mod._unpack(path.read_bytes())
+    return [name for name, _, _ in header["blobs"] if name.startswith("bin:")]
+
+
 def test_pocl_programs_are_left_to_its_kernel_cache(tmp_path, monkeypatch):
     """Asking PoCL for program binaries compiles every kernel a second time: the cache file holds none while
     PoCL's own kernel cache is on, and a warm start (which rebuilds from source, a lookup there) does not
@@ -249,8 +256,7 @@ def test_pocl_programs_are_left_to_its_kernel_cache(tmp_path, monkeypatch):
     d = gd.GpuDelegate(backend="cl", serialization_dir=tmp_path, model_token="pocl")
     run(gd.Interpreter(model_content=BLOCK, experimental_delegates=[d]), BLOCK_INPUTS)
     (path,) = tmp_path.glob("*.bin")
-    plan, binaries = d.cache.load(path, device_fingerprint(backend.device_info()))
-    assert binaries == {}
+    assert program_binaries(path) == []
     written = os.stat(path).st_mtime_ns
     warm = gd.GpuDelegate(backend="cl", serialization_dir=tmp_path, model_token="pocl")
     out = run(gd.Interpreter(model_content=BLOCK, experimental_delegates=[warm]), BLOCK_INPUTS)
@@ -261,5 +267,4 @@ def test_pocl_programs_are_left_to_its_kernel_cache(tmp_path, monkeypatch):
     off = gd.GpuDelegate(backend="cl", serialization_dir=tmp_path / "off", model_token="pocl")
     run(gd.Interpreter(model_content=BLOCK, experimental_delegates=[off]), BLOCK_INPUTS)
     (path,) = (tmp_path / "off").glob("*.bin")
-    _, binaries = off.cache.load(path, device_fingerprint(backend.device_info()))
-    assert len(binaries) == 1  # the partition's one program
+    assert len(program_binaries(path)) == 1  # the partition's one program

@@ -7,12 +7,12 @@ References: outputs against LiteRT; the choice itself against a stand-in clock w
 """
 
 import math
-import tempfile
 
 import numpy as np
 import pytest
 
 import gpu_delegate as gd
+from gpu_delegate import cache as cache_mod
 from gpu_delegate import runner as runner_mod
 from gpu_delegate.backends.base import choose_local_size, local_size_candidates
 from gpu_delegate.tflite import ModelBuilder
@@ -117,7 +117,7 @@ def test_a_directory_that_keeps_nothing_is_not_tuned_for(tmp_path, monkeypatch, 
         raise PermissionError(13, "Read-only file system")
 
     monkeypatch.setattr(runner_mod.PlanRunner, "_time", no_timing)
-    monkeypatch.setattr(tempfile, "mkstemp", refuse)
+    monkeypatch.setattr(cache_mod.Cache, "_create_temp", refuse)
     it = gd.Interpreter(model_content=CONTENT, experimental_delegates=[
         gd.GpuDelegate(backend="cl", serialization_dir=tmp_path, model_token="ro")])
     out = run(it, INPUTS)

@@ -20,6 +20,11 @@ from .plan import KernelCall, OperandMode, PostOp
 from .postops import activation_postop, elementwise_postops, operand_rows
 from .view import PartitionView
 
+# Post-ops one kernel applies at most; a longer fused chain continues in copy kernels. Mesa llvmpipe compiles a
+# shader in time quadratic in its length (one TANH step: 2.8 ms each in a chain of 64, 13 ms each in a chain of
+# 1000), and a chain of identical runs compiles once.
+MAX_FUSED_STEPS = 64
+
 
 class GpuOp(Protocol):
     """What the lowering needs of an op class (gpu_delegate.ops.base.Op declares all of it)."""
@@ -35,10 +40,12 @@ class GpuOp(Protocol):
 
 
 class LowerContext:
-    def __init__(self, view: PartitionView, device_type: str = "gpu"):
+    def __init__(self, view: PartitionView, device_type: str = "gpu", max_buffers: int | None = None):
         self.view = view
         self.graph = view.graph
         self.device_type = device_type  # "cpu" for CPU-hosted OpenCL/llvmpipe, "gpu" otherwise
+        # buffers one kernel may bind on the device (None: no limit); a fused chain longer than that is split
+        self.max_buffers = max_buffers
         self.kernels: list[KernelCall] = []
         self.consts: dict[str, np.ndarray] = {}
         self.tensors: dict[int, BHWC] = {}
@@ -178,12 +185,54 @@ class LowerContext:
         for p in postops:
             if p.tensor_operand is not None:
                 self.tensors[p.tensor_operand] = bhwc(view.shapes[p.tensor_operand])
+        runs = self._postop_runs(len(inputs) + len(outs) + len(consts or {}), postops)
+        chain_end = outs.get("dst")
+        if len(runs) > 1:
+            outs["dst"] = self._carrier(runs[0])
         grid3 = tuple(int(g) for g in grid) + (1,) * (3 - len(grid))
         call = KernelCall(name, node.index if node is not None else -1, dict(inputs), outs, dict(consts or {}),
-                          dict(defines or {}), (grid3[0], grid3[1], grid3[2]), postops, local_size, helpers,
+                          dict(defines or {}), (grid3[0], grid3[1], grid3[2]), runs[0], local_size, helpers,
                           dict(variants or {}))
         self.kernels.append(call)
+        src = outs.get("dst")
+        for k, run in enumerate(runs[1:], 2):
+            assert src is not None and chain_end is not None  # only a "dst" argument carries post-ops
+            dst = chain_end if k == len(runs) else self._carrier(run)
+            self.kernels.append(KernelCall("copy", run[0].node, {"src": src}, {"dst": dst}, {}, {},
+                                           self.grid(src), run))
+            src = dst
         return call
+
+    def _postop_runs(self, own_buffers: int, postops: list[PostOp]) -> list[list[PostOp]]:
+        """``postops`` cut, between the steps of one node and the next, into runs of at most MAX_FUSED_STEPS that
+        each fit the device's buffer limit: the first goes with the kernel, which binds ``own_buffers`` of its own,
+        each later one with a copy kernel (src and dst). A step with an operand binds one buffer more."""
+        limit = self.max_buffers if self.max_buffers is not None else float("inf")
+        if len(postops) <= MAX_FUSED_STEPS and own_buffers + sum(p.source is not None for p in postops) <= limit:
+            return [postops]
+        runs: list[list[PostOp]] = [[]]
+        used = own_buffers
+        k = 0
+        while k < len(postops):
+            end = k + 1
+            while end < len(postops) and postops[end].node == postops[k].node:
+                end += 1
+            steps = postops[k:end]  # one node's: its expression, its activation, its fake-quant step
+            need = sum(p.source is not None for p in steps)
+            if runs[-1] and (used + need > limit or len(runs[-1]) + len(steps) > MAX_FUSED_STEPS):
+                runs.append([])
+                used = 2
+            runs[-1].extend(steps)
+            used += need
+            k = end
+        return runs
+
+    def _carrier(self, run: list[PostOp]) -> int:
+        """The tensor that carries a split chain's value from one kernel to the next: the output of the last node
+        whose steps ``run`` ends with (the same shape as the chain's, which is elementwise)."""
+        t = self.graph.nodes[run[-1].node].outputs[0]
+        self.tensors[t] = bhwc(self.view.shapes[t])
+        return t
 
     def fuse_activation(self, node: Node) -> None:
         """Apply the node's fused activation as the first post-op of its output (for kernels that do not

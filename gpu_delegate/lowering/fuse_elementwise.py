@@ -16,6 +16,7 @@ def run(view: PartitionView, quantized: bool, const_key: ConstKey) -> PassResult
     result = PassResult("fuse_elementwise")
     graph = view.graph
     position = {n: i for i, n in enumerate(view.nodes)}
+    readers, names, outputs = view.readers(), view.buffer_names(), set(view.outputs)
     root_of: dict[int, int] = {}  # tensor -> node whose kernel writes it
     fused: set[int] = set()
     for n in view.nodes:
@@ -29,8 +30,8 @@ def run(view: PartitionView, quantized: bool, const_key: ConstKey) -> PassResult
             if p is None:
                 continue
             why_not = ""
-            readers, leaves = view.buffer_readers(t)
-            if leaves or len(readers) != 1:
+            users, leaves = view.buffer_readers(t, readers, names, outputs)
+            if leaves or len(users) != 1:
                 why_not = f"tensor {t} is read elsewhere too"
             elif len(node.outputs) != 1 or len(graph.nodes[p].outputs) != 1:
                 why_not = "a node with several outputs takes part"

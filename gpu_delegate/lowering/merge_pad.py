@@ -33,6 +33,7 @@ def run(view: PartitionView) -> PassResult:
     result = PassResult("merge_pad")
     graph = view.graph
     removed = set()
+    readers, names, outputs = view.readers(), view.buffer_names(), set(view.outputs)
     for n in view.nodes:
         node = graph.nodes[n]
         if node.op not in ("PAD", "PADV2"):
@@ -42,7 +43,7 @@ def run(view: PartitionView) -> PassResult:
             result.declined.append(f"{node}: {pads}")
             continue
         out = node.outputs[0]
-        users, leaves = view.buffer_readers(out)
+        users, leaves = view.buffer_readers(out, readers, names, outputs)
         if len(users) != 1 or leaves:
             result.declined.append(f"{node}: its output is read by {len(users)} nodes or leaves the partition")
             continue
@@ -51,7 +52,10 @@ def run(view: PartitionView) -> PassResult:
                 view.node_inputs(user.index)[0] != out:
             result.declined.append(f"{node}: its reader {user} is not a VALID convolution reading it as input 0")
             continue
-        view.read_as[(user.index, 0)] = view.node_inputs(n)[0]
+        source = view.node_inputs(n)[0]
+        view.read_as[(user.index, 0)] = source
+        readers[out].remove(user.index)
+        readers.setdefault(source, []).append(user.index)
         view.extra_padding[user.index] = pads
         removed.add(n)
         result.applied.append(f"merged {node} into {user}")

@@ -12,12 +12,13 @@ from .view import PartitionView, PassResult
 
 def build_plan(graph: Graph, nodes: list[int], inputs: list[int], outputs: list[int],
                shapes: dict[int, tuple[int, ...]], ops: dict[int, GpuOp], quantized: bool = True,
-               device_type: str = "gpu") -> Plan:
-    """The plan of partition ``nodes``; ``ops`` gives each node's op class."""
+               device_type: str = "gpu", max_buffers: int | None = None) -> Plan:
+    """The plan of partition ``nodes``; ``ops`` gives each node's op class; no kernel binds more than
+    ``max_buffers`` buffers through its fused post-ops (the device's limit; None: no limit)."""
     # rank-5 tensors of batch 1 are stored as their rank-4 selves (ops that take them: Op.gpu_rank5)
     view = PartitionView(graph, list(nodes), {t: collapse(s) for t, s in shapes.items()}, list(inputs),
                          list(outputs), ops=dict(ops))
-    ctx = LowerContext(view, device_type)
+    ctx = LowerContext(view, device_type, max_buffers)
     results: list[PassResult] = [fold_constants.run(view), drop_reshape.run(view), merge_pad.run(view),
                                  fuse_elementwise.run(view, quantized, ctx.operand_const), emit.run(view, ctx)]
     for t in inputs + outputs:

@@ -61,23 +61,40 @@ class PartitionView:
     def is_const(self, t: int) -> bool:
         return t >= 0 and (t in self.folded or self.graph.tensors[t].data is not None)
 
-    def consumers(self, t: int) -> list[int]:
-        return [n for n in self.nodes if t in self.node_inputs(n)]
+    def readers(self) -> dict[int, list[int]]:
+        """tensor -> the nodes still to lower that read it (as ``read_as`` stands now: a pass that
+        redirects a read after asking keeps this map up to date itself). One pass over the nodes, so that a pass
+        asking about every tensor stays linear in the partition's size."""
+        out: dict[int, list[int]] = {}
+        for n in self.nodes:
+            for t in dict.fromkeys(self.node_inputs(n)):
+                out.setdefault(t, []).append(n)
+        return out
 
-    def buffer_readers(self, t: int) -> tuple[list[int], bool]:
+    def buffer_names(self) -> dict[int, set[int]]:
+        """tensor -> every name its buffer goes by: itself and the dropped reshapes that share it (``aliases``,
+        followed to the tensor a kernel writes). Tensors nothing aliases are absent."""
+        def root(t: int) -> int:
+            while t in self.aliases:
+                t = self.aliases[t]
+            return t
+
+        names: dict[int, set[int]] = {}
+        for alias in self.aliases:
+            source = root(alias)
+            names.setdefault(source, {source}).add(alias)
+        return {t: group for group in names.values() for t in group}
+
+    @staticmethod
+    def buffer_readers(t: int, readers: dict[int, list[int]], names: dict[int, set[int]], outputs: set[int]
+                       ) -> tuple[list[int], bool]:
         """The nodes that read t's buffer, directly or through a dropped reshape that shares it, and whether the
-        buffer leaves the partition under any of those names. A pass that stops t from being written must ask
-        this, not ``consumers``: a reshape's reader reads t too."""
-        names = {t}
-        grew = True
-        while grew:
-            grew = False
-            for alias, source in self.aliases.items():
-                if source in names and alias not in names:
-                    names.add(alias)
-                    grew = True
-        readers = [n for n in self.nodes if names.intersection(self.node_inputs(n))]
-        return readers, bool(names.intersection(self.outputs))
+        buffer leaves the partition (is in ``outputs``) under any of its names; ``readers`` and ``names`` as
+        ``readers()`` and ``buffer_names()`` give them. A pass that stops t from being written must ask this: a
+        reshape's reader reads t too."""
+        group = names.get(t, {t})
+        users = sorted({n for name in group for n in readers.get(name, ())})
+        return users, any(name in outputs for name in group)
 
     def node_inputs(self, n: int) -> list[int]:
         return [self.read_as.get((n, k), t) for k, t in enumerate(self.graph.nodes[n].inputs)]
