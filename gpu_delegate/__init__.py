@@ -4,7 +4,8 @@ from .delegate import DelegateKernel, SimpleDelegate
 from .errors import DelegateError, ModelError
 from .gpu import GpuDelegate
 from .interpreter import Interpreter
+from .load import load_delegate
 from .version import __version__
 
 __all__ = ["Interpreter", "GpuDelegate", "SimpleDelegate", "DelegateKernel", "ModelError", "DelegateError",
-           "__version__"]
+           "load_delegate", "__version__"]
