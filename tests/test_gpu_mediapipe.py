@@ -6,6 +6,8 @@ model with attention (the three transform ops) must run wholly on the GPU, and s
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -13,8 +15,7 @@ import gpu_delegate as gd
 from gpu_delegate.tflite.writer import ModelBuilder
 
 from .parity_models import bilinear_options, flex, landmarks_options, pool_options, run_gpu
-from .reference import MODELS as SHARED_MODELS
-from .reference import assert_float_close, run
+from .reference import assert_float_close, run, shared_delegate
 
 # -- the formulas ------------------------------------------------------------------------------------------
 
@@ -238,11 +239,17 @@ def test_flexbuffer_options_are_validated():
 
 
 def test_face_landmark_with_attention_model(backend):
-    path = SHARED_MODELS / "real" / "face_landmark_with_attention.tflite"
-    if not path.is_file():
-        pytest.skip(f"{path} is absent (MediaPipe 0.10.21's wheel ships it: mediapipe/modules/face_landmark/)")
-    content = path.read_bytes()
+    """MediaPipe's face landmark model with attention (MediaPipe 0.10.21's wheel, Apache-2.0: tests/models/mediapipe)
+    runs wholly on the GPU, its Landmarks2TransformMatrix, TransformTensorBilinear and TransformLandmarks too. LiteRT
+    cannot run those custom ops, so the reference is our CPU path, whose custom kernels the tests above check
+    against numpy formulas, and whose other ops are LiteRT's."""
+    content = (Path(__file__).parent / "models" / "mediapipe" / "face_landmark_with_attention.tflite").read_bytes()
     x = np.random.default_rng(0).uniform(0, 1, (1, 192, 192, 3)).astype(np.float32)
     cpu = run(gd.Interpreter(model_content=content), [x])
-    for o, r in zip(run_gpu(content, [x], backend), cpu):
+    it = gd.Interpreter(model_content=content, experimental_delegates=[shared_delegate(backend)])
+    gpu = run(it, [x])
+    assert {d["backend"] for d in it.get_ops_details()} <= {backend, "folded"}
+    assert {"Landmarks2TransformMatrix", "TransformTensorBilinear", "TransformLandmarks"} <= \
+        {d["op_name"] for d in it.get_ops_details() if d["backend"] == backend}
+    for o, r in zip(gpu, cpu):
         assert_float_close(o, r, 1e-4)
