@@ -479,6 +479,9 @@ def _postop_step(k: int, p: PostOp, vec: str, expr: str, operand: str) -> str:
     if p.kind == "fake_quant":
         name = "fake_quant" if vec == "FLT4" else "fake_quant16"
         return f"v = {name}(v, {literal(p.scale)}, {literal(p.qmin)}, {literal(p.qmax)});"
+    if p.kind == "lut":  # the codes are exact integers in float: the conversion to int truncates nothing
+        code = f"TO_INT4(QROUND(v / SPLAT({literal(p.scale)}), {literal(p.qmin)}, {literal(p.qmax)})) + {p.offset}"
+        return f"{{ INT4 c = {code}; v = MAKE_FLT4(" + ", ".join(f"p{k}_read1(c.{lane})" for lane in "xyzw") + "); }"
     if p.operand is None:
         return f"{{ {vec} a = v; v = {expr}; }}"
     a, b = ("o", "v") if p.operand_first else ("v", "o")
@@ -494,11 +497,13 @@ def render_postops(postops: list[PostOp], dst_channels: int, language: str | Non
     lines = [kernel_text("dialect/fake_quant.inc.dialect")] if fake else []
     lines += ["FLT4 postop(FLT4 v, int i BUFS_DECL) {", "  int s = (i / (dst_H * dst_W)) % dst_S;"]
     for k, p in enumerate(postops):
-        operand = f"p{k}_read({_OPERAND_INDEX[p.operand]})" if p.operand else ""
+        operand = f"p{k}_read({_OPERAND_INDEX[p.operand]})" if p.operand in _OPERAND_INDEX else ""
         lines.append("  " + _postop_step(k, p, "FLT4", p.expr, operand))
     lines.append("  return ZERO_PAD(v, s, dst_C);" if dst_channels % 4 else "  return v;")
     lines.append("}")
-    wide = [_wide_expr(p.expr) if p.kind == "expr" else "" for p in postops] if language == "opencl" else [None]
+    # a lookup has no float16 form: such a chain's wide stores apply ``postop`` a vec4 at a time
+    wide = [_wide_expr(p.expr) if p.kind == "expr" else None if p.kind == "lut" else "" for p in postops] \
+        if language == "opencl" else [None]
     has_wide = all(e is not None for e in wide)
     if has_wide:
         if fake:

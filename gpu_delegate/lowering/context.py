@@ -16,7 +16,7 @@ import numpy as np
 from ..errors import DelegateError
 from ..graph import ACT_NONE, PADDING_SAME, Graph, Node
 from ..phwc4 import BHWC, bhwc, grid, slices, to_rows
-from .plan import KernelCall, OperandMode, PostOp
+from .plan import CodeTable, KernelCall, OperandMode, PostOp
 from .postops import activation_postop, elementwise_postops, operand_rows
 from .view import PartitionView
 
@@ -31,6 +31,9 @@ class GpuOp(Protocol):
 
     @staticmethod
     def gpu_expr(node: Node, graph: Graph) -> str | None: ...
+
+    @staticmethod
+    def gpu_table(node: Node, graph: Graph) -> CodeTable | None: ...
 
     @staticmethod
     def lower(node: Node, graph: Graph, ctx: LowerContext) -> None: ...
@@ -136,6 +139,11 @@ class LowerContext:
     def operand_const(self, t: int, mode: OperandMode) -> str:
         """A constant post-op operand, read in ``mode`` (postops.operand_mode)."""
         return self.const(f"operand:{mode}:{t}", lambda: operand_rows(self.view, t, mode), fp32=self.holds_ints(t))
+
+    def table_const(self, n: int, rows: np.ndarray) -> str:
+        """Node ``n``'s lookup table (postops.table_rows), stored as float32: an fp16 store would move its values
+        off the output's grid."""
+        return self.const(f"lut:{n}", lambda: rows, fp32=True)
 
     def holds_ints(self, t: int) -> bool:
         """Whether graph tensor ``t`` holds int32 values (kept in float32 storage on the device)."""
@@ -248,7 +256,7 @@ class LowerContext:
         ins = self.view.node_inputs(node.index)
         data = [k for k, t in enumerate(ins) if t >= 0 and not self.is_const(t)]
         flowing = data[0] if data else 0
-        ops = elementwise_postops(self.view, node.index, flowing, expr, self.operand_const)
+        ops = elementwise_postops(self.view, node.index, flowing, expr, self.operand_const, self.table_const)
         if ops is not None:
             self.view.postops[node.index] = ops + self.view.postops.get(node.index, [])
             self.kernel("copy", {"src": ins[flowing]}, {"dst": node.outputs[0]}, grid=self.grid(node.outputs[0]))

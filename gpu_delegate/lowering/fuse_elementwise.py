@@ -7,12 +7,13 @@ intermediate tensor is never written. An elementwise op takes part by defining `
 
 from __future__ import annotations
 
-from .postops import ConstKey, elementwise_postops, fake_quant_postop
+from .postops import ConstKey, TableKey, elementwise_postops, fake_quant_postop
 from .view import PartitionView, PassResult
 
 
-def run(view: PartitionView, quantized: bool, const_key: ConstKey) -> PassResult:
-    """``const_key(tensor, mode)`` registers a constant operand and returns its key."""
+def run(view: PartitionView, quantized: bool, const_key: ConstKey, table_key: TableKey) -> PassResult:
+    """``const_key(tensor, mode)`` registers a constant operand and returns its key, ``table_key(node, rows)`` a
+    node's lookup table."""
     result = PassResult("fuse_elementwise")
     graph = view.graph
     position = {n: i for i, n in enumerate(view.nodes)}
@@ -35,7 +36,7 @@ def run(view: PartitionView, quantized: bool, const_key: ConstKey) -> PassResult
                 why_not = f"tensor {t} is read elsewhere too"
             elif len(node.outputs) != 1 or len(graph.nodes[p].outputs) != 1:
                 why_not = "a node with several outputs takes part"
-            ops = None if why_not else elementwise_postops(view, n, flowing, expr or "", const_key)
+            ops = None if why_not else elementwise_postops(view, n, flowing, expr or "", const_key, table_key)
             if ops is None:
                 why_not = why_not or "the other operand broadcasts in a way a post-op cannot read"
             else:
@@ -56,7 +57,8 @@ def run(view: PartitionView, quantized: bool, const_key: ConstKey) -> PassResult
         owner = fused_into if fused_into is not None else n
         for t in node.outputs:
             root_of[t] = owner
-        if quantized and len(node.outputs) == 1:
+        # a looked-up value is on the output's grid already
+        if quantized and len(node.outputs) == 1 and view.op(n).gpu_table(node, graph) is None:
             fq = fake_quant_postop(view, node.outputs[0], n)
             if fq is not None:
                 view.postops.setdefault(owner, []).append(fq)
