@@ -278,7 +278,8 @@ def test_memory_shares_buffers_between_tensors_whose_lifetimes_do_not_overlap():
 
 def test_a_quantized_unary_op_is_a_lookup_with_no_fake_quant_step():
     """An int8 HARD_SWISH after an int8 ADD: fused into the ADD as a lookup of the output code of each input code on
-    the ADD's output grid (after the ADD's own fake-quant step); its output needs no rounding of its own."""
+    the ADD's output grid, which stands in for the ADD's own fake-quant step (it rounds onto the same grid); its
+    output needs no rounding of its own."""
     mb = ModelBuilder()
     x = mb.input("x", [1, 4, 4, 8], np.int8, scale=0.25, zero_point=-3)
     a = mb.tensor("a", [1, 4, 4, 8], np.int8, scale=0.5, zero_point=10)
@@ -290,8 +291,8 @@ def test_a_quantized_unary_op_is_a_lookup_with_no_fake_quant_step():
     tables: list[tuple[int, np.ndarray]] = []
     result = fuse_elementwise.run(view, True, lambda t, mode: "", lambda n, rows: tables.append((n, rows)) or "t")
     assert result.applied == ["fake-quant step after node 0 (ADD)", "fused node 1 (HARD_SWISH) into node 0 (ADD)"]
-    fq, lut = view.postops[0]
-    assert (fq.kind, lut.kind, lut.operand, lut.source) == ("fake_quant", "lut", "table", "t")
+    (lut,) = view.postops[0]
+    assert (lut.kind, lut.operand, lut.source) == ("lut", "table", "t")
     # the steps from the zero point of the ADD's grid (value / 0.5, in -138..117), plus 138, index the table
     assert (lut.scale, lut.qmin, lut.qmax, lut.offset) == (0.5, -138.0, 117.0, 138)
     ((node, rows),) = tables

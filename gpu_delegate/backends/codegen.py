@@ -480,8 +480,12 @@ def _postop_step(k: int, p: PostOp, vec: str, expr: str, operand: str) -> str:
         name = "fake_quant" if vec == "FLT4" else "fake_quant16"
         return f"v = {name}(v, {literal(p.scale)}, {literal(p.qmin)}, {literal(p.qmax)});"
     if p.kind == "lut":  # the codes are exact integers in float: the conversion to int truncates nothing
-        code = f"TO_INT4(QROUND(v / SPLAT({literal(p.scale)}), {literal(p.qmin)}, {literal(p.qmax)})) + {p.offset}"
-        return f"{{ INT4 c = {code}; v = MAKE_FLT4(" + ", ".join(f"p{k}_read1(c.{lane})" for lane in "xyzw") + "); }"
+        wide = vec == "float16"
+        lanes = [f"s{j:x}" for j in range(16)] if wide else list("xyzw")
+        code = (f"{'convert_int16' if wide else 'TO_INT4'}(QROUND(v / {'SPLAT16' if wide else 'SPLAT'}"
+                f"({literal(p.scale)}), {literal(p.qmin)}, {literal(p.qmax)})) + {p.offset}")
+        return (f"{{ {'int16' if wide else 'INT4'} c = {code}; v = {'(float16)(' if wide else 'MAKE_FLT4('}"
+                + ", ".join(f"p{k}_read1(c.{lane})" for lane in lanes) + "); }")
     if p.operand is None:
         return f"{{ {vec} a = v; v = {expr}; }}"
     a, b = ("o", "v") if p.operand_first else ("v", "o")
@@ -501,9 +505,7 @@ def render_postops(postops: list[PostOp], dst_channels: int, language: str | Non
         lines.append("  " + _postop_step(k, p, "FLT4", p.expr, operand))
     lines.append("  return ZERO_PAD(v, s, dst_C);" if dst_channels % 4 else "  return v;")
     lines.append("}")
-    # a lookup has no float16 form: such a chain's wide stores apply ``postop`` a vec4 at a time
-    wide = [_wide_expr(p.expr) if p.kind == "expr" else None if p.kind == "lut" else "" for p in postops] \
-        if language == "opencl" else [None]
+    wide = [_wide_expr(p.expr) if p.kind == "expr" else "" for p in postops] if language == "opencl" else [None]
     has_wide = all(e is not None for e in wide)
     if has_wide:
         if fake:
@@ -513,7 +515,7 @@ def render_postops(postops: list[PostOp], dst_channels: int, language: str | Non
             operand = ""
             if p.operand == "scalar":
                 operand = f"(float16)(p{k}_read(0), p{k}_read(0), p{k}_read(0), p{k}_read(0))"
-            elif p.operand:
+            elif p.operand in _OPERAND_INDEX:
                 index = _OPERAND_INDEX[p.operand]
                 operand = "(float16)(" + ", ".join(f"p{k}_read({index}.{lane})" for lane in "xyzw") + ")"
             lines.append("  " + _postop_step(k, p, "float16", e or "", operand))

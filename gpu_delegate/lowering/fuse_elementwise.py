@@ -7,6 +7,7 @@ intermediate tensor is never written. An elementwise op takes part by defining `
 
 from __future__ import annotations
 
+from .plan import PostOp
 from .postops import ConstKey, TableKey, elementwise_postops, fake_quant_postop
 from .view import PartitionView, PassResult
 
@@ -50,7 +51,10 @@ def run(view: PartitionView, quantized: bool, const_key: ConstKey, table_key: Ta
                 continue
             fused_into = p
             fused.add(n)
-            view.postops.setdefault(p, []).extend(ops or [])
+            steps = view.postops.setdefault(p, [])
+            if ops and ops[0].kind == "lut" and steps and _same_grid(steps[-1], ops[0]):
+                steps.pop()  # the lookup rounds onto the grid the producer's fake-quant step rounds onto
+            steps.extend(ops or [])
             view.written_as[t] = node.outputs[0]
             result.applied.append(f"fused {node} into {graph.nodes[p]}")
             break
@@ -65,3 +69,8 @@ def run(view: PartitionView, quantized: bool, const_key: ConstKey, table_key: Ta
                 result.applied.append(f"fake-quant step after {node}")
     view.nodes = [n for n in view.nodes if n not in fused]
     return result
+
+
+def _same_grid(fake_quant: PostOp, lut: PostOp) -> bool:
+    return fake_quant.kind == "fake_quant" and (fake_quant.scale, fake_quant.qmin, fake_quant.qmax) == \
+        (lut.scale, lut.qmin, lut.qmax)
