@@ -223,9 +223,10 @@ class LowerContext:
         k = 0
         while k < len(postops):
             end = k + 1
-            while end < len(postops) and postops[end].node == postops[k].node:
+            while end < len(postops) and (postops[end].node == postops[k].node or _keeps_open(postops[k:end])):
                 end += 1
-            steps = postops[k:end]  # one node's: its expression, its activation, its fake-quant step
+            # one node's steps (its expression, its activation, its fake-quant step), or from a kept value to its use
+            steps = postops[k:end]
             need = sum(p.source is not None for p in steps)
             if runs[-1] and (used + need > limit or len(runs[-1]) + len(steps) > MAX_FUSED_STEPS):
                 runs.append([])
@@ -278,3 +279,8 @@ class LowerContext:
         if self.node is None:
             raise DelegateError("a constant was asked for outside any node's lowering")
         return self.node
+
+
+def _keeps_open(steps: list[PostOp]) -> bool:
+    """Whether ``steps`` keep a value (a "keep" post-op) that none of them reads yet: a kernel must not end there."""
+    return bool({p.slot for p in steps if p.kind == "keep"} - {p.slot for p in steps if p.operand == "kept"})
