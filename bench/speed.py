@@ -15,13 +15,18 @@ microseconds: the fixed cost of an invoke (uploads, conversions at the boundary,
 An int8 model (flavours int8, int8io, uint8io) is also set against its float twin in the same folder (the same
 name with fp32, else fp16), on the same backend: "int8 / float".
 
+With --baseline PACKAGE (another copy of the package importable under that name, say the fork point's
+gpu_delegate renamed gpu_delegate_old on PYTHONPATH), each backend also runs on that package, "cl (old)", in the
+same rounds: a change measured A/B in one process.
+
     python bench/speed.py [--models DIR] [--rounds 7] [--runs 5] [--backends cl,cl-tuned,gl] [--only v1_224_fp32,...]
-                          [--output_json F]
+                          [--baseline gpu_delegate_old] [--output_json F]
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import sys
 import time
@@ -36,16 +41,17 @@ INT8_FLAVOURS = ("_int8io", "_uint8io", "_int8")  # the longer suffix first
 FLOAT_TWINS = ("_fp32", "_fp16")
 
 
-def make_interpreters(path: Path, backends: list[str]) -> dict:
+def make_interpreters(path: Path, backends: list[str], baseline: str = "") -> dict:
     from ai_edge_litert.interpreter import Interpreter as LiteRT
 
-    import gpu_delegate as gd
-
     its = {"LiteRT": LiteRT(model_path=str(path), num_threads=2)}
-    for b in backends:
-        api, _, tuned = b.partition("-")
-        d = gd.GpuDelegate(backend=api, inference_preference="sustained_speed" if tuned else "fast_single_answer")
-        its[b.replace("-", " ")] = gd.Interpreter(model_path=str(path), experimental_delegates=[d])
+    for package in ["gpu_delegate", *([baseline] if baseline else [])]:
+        gd = importlib.import_module(package)
+        for b in backends:
+            api, _, tuned = b.partition("-")
+            d = gd.GpuDelegate(backend=api, inference_preference="sustained_speed" if tuned else "fast_single_answer")
+            name = b.replace("-", " ") + (" (old)" if package != "gpu_delegate" else "")
+            its[name] = gd.Interpreter(model_path=str(path), experimental_delegates=[d])
     return its
 
 
@@ -63,11 +69,11 @@ def kernels_alone(runner) -> float:
     return time.perf_counter() - t0
 
 
-def bench_model(path: Path, backends: list[str], rounds: int, runs: int) -> list[dict]:
+def bench_model(path: Path, backends: list[str], rounds: int, runs: int, baseline: str = "") -> list[dict]:
     import gpu_delegate as gd
     from gpu_delegate import tools
 
-    its = make_interpreters(path, backends)
+    its = make_interpreters(path, backends, baseline)
     graph = gd.Interpreter(model_path=str(path)).graph
     macs = gd.GpuDelegate(backend="cl").partition_weight(graph.nodes, graph)
     rng = np.random.default_rng(0)
@@ -109,8 +115,9 @@ def bench_model(path: Path, backends: list[str], rounds: int, runs: int) -> list
                      "gflops": 2 * macs / ms / 1e9, "max_abs_err": err, "overhead": overhead,
                      "fixed_us": float(np.median(fixed[name])) * 1e6 if fixed[name] else None,
                      "gpu_nodes": f"{sum(n != 'cpu' for n in nodes)}/{len(nodes)}" if nodes else ""})
-    cl = next((r for r in rows if r["backend"] == "cl"), None)
-    for r in rows:
+    for r in rows:  # against cl of the same package
+        suffix = " (old)" if r["backend"].endswith(" (old)") else ""
+        cl = next((c for c in rows if c["backend"] == "cl" + suffix), None)
         r["ratio_to_cl"] = r["median_ms"] / cl["median_ms"] if cl else None
     return rows
 
@@ -150,6 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--runs", type=int, default=5, help="timed invokes per round and interpreter")
     p.add_argument("--backends", default="cl,cl-tuned,gl", help="cl, gl, and either with -tuned, comma-separated")
     p.add_argument("--only", default="", help="MobileNets without 'mobilenet_' (v1_224_fp32,...), else substrings")
+    p.add_argument("--baseline", default="", help="another package to run alongside (interleaved), e.g. the old one")
     p.add_argument("--output_json", type=Path)
     args = p.parse_args(argv)
     paths = model_paths(args.models, args.only)
@@ -160,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{args.rounds} interleaved rounds x {args.runs} invokes per model and interpreter; medians\n")
     rows = []
     for path in paths:
-        rows += bench_model(path, backends, args.rounds, args.runs)
+        rows += bench_model(path, backends, args.rounds, args.runs, args.baseline)
         print(f"{path.stem}: " + ", ".join(f"{r['backend']} {r['median_ms']:.2f} ms" for r in rows
                                            if r["model"] == path.stem), file=sys.stderr, flush=True)
     add_twin_ratios(rows)
