@@ -454,39 +454,3 @@ def test_int8_mobilenet_node_by_node(backend_name):
         assert_quantized_match(values[node.outputs[0]], (ref,), f"{name}: {node} on {backend_name}")
         alive += bool(ref.std() > 2)
     assert alive >= 10, f"{name}: only {alive} nodes have activations that vary; the check proves little"
-
-
-def test_fake_quant_step_rounds_the_quotient_to_the_bit(backend):
-    """The fake-quant step is round(v / scale) * scale with the division's quotient to the bit (OpenCL gets it
-    without a division, opencl/fake_quant.inc.cl), on every code of a grid whose ratio to the output's lands on
-    exact halves (0.02 -> 0.04, where v * (1 / 0.04) rounds 24 of the 256 codes the other way), in the
-    one-vec4 and (OpenCL) the 16-wide form, against numpy's float32 division."""
-    from gpu_delegate.backends import Arg, KernelSpec, create_backend
-    from gpu_delegate.backends.codegen import API_LANGUAGE, render_postops
-    from gpu_delegate.cpu.elementwise import round_half_away
-    from gpu_delegate.lowering.plan import PostOp
-
-    scale = np.float32(0.04)
-    v = (np.arange(-128, 128).astype(np.float32) * np.float32(0.02)).astype(np.float32)
-    v = np.concatenate([v, v * np.float32(3.1), -v * np.float32(7.7), v * np.float32(0.999)]).astype(np.float32)
-    want = (np.clip(round_half_away(v / scale), -128, 127).astype(np.float32) * scale).astype(np.float32)
-    be = create_backend(backend)
-    try:
-        shape = (1, 1, v.size // 4, 4)
-        helpers, wide = render_postops([PostOp("fake_quant", scale=float(scale), qmin=-128.0, qmax=127.0)], 4,
-                                       API_LANGUAGE[backend])
-        bodies = {"narrow": ("dst_write(GID_X, src_read(GID_X));", "dst", shape[2])}
-        if wide:
-            bodies["wide"] = ("int i = 4 * GID_X; float16 v = postop16(src_read16(i), (int4)(i) + (int4)(0, 1, 2, 3) "
-                              "BUFS); dst_write(i, v.s0123); dst_write(i + 1, v.s4567); dst_write(i + 2, v.s89ab); "
-                              "dst_write(i + 3, v.scdef);", None, shape[2] // 4)
-        assert wide == (backend == "cl")
-        src, dst = be.alloc(shape[2]), be.alloc(shape[2])
-        be.upload(src, v)
-        for form, (body, postop_arg, width) in bodies.items():
-            spec = KernelSpec(f"fq_{form}", body, [Arg("src", "in", shape), Arg("dst", "out", shape)], (width, 1, 1),
-                              helpers=helpers, postop_arg=postop_arg, wide_postop=wide and form == "narrow")
-            be.compile(spec)([src, dst])
-            np.testing.assert_array_equal(be.download(dst), want, err_msg=f"{form} on {backend}")
-    finally:
-        be.close()

@@ -501,9 +501,7 @@ def render_postops(postops: list[PostOp], dst_channels: int, language: str | Non
     ``float16 postop16(float16 v, int4 i)`` for 4 results at once (the wide kernels' stores). Returns the
     text and whether the wide form is there."""
     fake = any(p.kind == "fake_quant" for p in postops)
-    # OpenCL's own fake-quant step: the same quotient without a division (opencl/fake_quant.inc.cl)
-    lines = [kernel_text("opencl/fake_quant.inc.cl" if language == "opencl" else "dialect/fake_quant.inc.dialect")] \
-        if fake else []
+    lines = [kernel_text("dialect/fake_quant.inc.dialect")] if fake else []
     lines += ["FLT4 postop(FLT4 v, int i BUFS_DECL) {", "  int s = (i / (dst_H * dst_W)) % dst_S;"]
     for k, p in enumerate(postops):
         operand = f"p{k}_read({_OPERAND_INDEX[p.operand]})" if p.operand in _OPERAND_INDEX else \
