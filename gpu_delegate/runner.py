@@ -373,7 +373,7 @@ class PlanRunner:
         for call, bound in zip(plan.kernels, self.bound):
             start = time.perf_counter()
             backend.dispatch_bound([bound])
-            collect((call.node, *(p.node for p in call.postops if p.node >= 0 and p.node != call.node)), start)
+            collect(tuple(dict.fromkeys((call.node, *(p.node for p in call.postops if p.node >= 0)))), start)
         outputs = {}
         for t in plan.outputs:
             start = time.perf_counter()

@@ -263,3 +263,79 @@ def test_densify_and_dequantize_of_constants_are_folded(backend):
     it, (y,) = run_gpu(content, [x], backend)
     np.testing.assert_array_equal(y, x + dense.astype(np.float32))
     assert sum(note.startswith("folded ") for note in plan_of(it).notes) == 2
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.uint8])
+def test_quantized_unary_ops_are_bit_exact(backend, dtype):
+    """Every 8-bit unary op LiteRT has a kernel for, on every input code, alone and fused after an ADD, equals
+    LiteRT's reference (integer) kernels code for code: the GPU looks the output code up in the op's table, as
+    TFLite's kernels do (HARD_SWISH in float is a step off on ~1% of codes, LOGISTIC and TANH similar)."""
+    from .test_ops_elementwise import UNARY_Q_CASES
+
+    lo = int(np.iinfo(dtype).min)
+    zp_in, shape = lo + 133, (2, 4, 4, 8)
+    cases = [(op, attrs, kind) for op, attrs, kind, d in UNARY_Q_CASES if d == dtype]
+    mb = ModelBuilder()
+    x = mb.input("x", shape, dtype, scale=0.045, zero_point=zp_in)
+    positive = mb.input("positive", shape, dtype, scale=0.045, zero_point=zp_in)  # SQRT, RSQRT refuse x < 0
+    outs = []
+    for k, (op, attrs, kind) in enumerate(cases):
+        qo = {"sigmoid": (1 / 256, lo), "tanh": (1 / 128, lo + 128)}.get(kind, (0.037, lo + 120))
+        src = positive if op in ("SQRT", "RSQRT") else x
+        doubled = mb.tensor(f"doubled{k}", shape, dtype, scale=0.09, zero_point=zp_in)  # the same codes as src
+        mb.op("ADD", [src, src], [doubled])
+        for name, inp in ((f"{op}{k}", src), (f"{op}{k}_fused", doubled)):
+            y = mb.tensor(name, shape, dtype, scale=qo[0], zero_point=qo[1])
+            mb.op(op, [inp], [y], **attrs)
+            outs.append(y)
+    mb.output(*outs)
+    content = mb.build()
+    every = np.arange(lo, lo + 256).astype(dtype).reshape(shape)
+    inputs = [every, np.maximum(every, np.asarray(zp_in).astype(dtype))]
+    ref = run_litert(content, inputs, reference_kernels=True)
+    it, got = run_gpu(content, inputs, backend)
+    for t, o, r in zip(outs, got, ref):
+        np.testing.assert_array_equal(o, r, err_msg=f"{mb.tensors[t]['name']} on {backend}")
+    luts = [p for call in plan_of(it).kernels for p in call.postops if p.kind == "lut"]
+    assert len(luts) == len(outs)  # looked up, fused or not
+
+
+@pytest.mark.parametrize("quantized", [False, True])
+def test_swish_runs_in_the_kernel_of_its_input(backend, quantized):
+    """swish as the converter writes it, MUL(x, LOGISTIC(x)) (also SUB(tanh(x), x), operands swapped), after an ADD
+    that computes x: x is kept in the ADD's kernel for the node that reads it and the unary op's result, so the
+    three nodes are one kernel and x is never stored; int8 too (x kept after its fake-quant step, LOGISTIC as a
+    lookup), against LiteRT's reference kernels."""
+    rng = np.random.default_rng(8)
+    shape = (1, 5, 6, 11)
+    mb = ModelBuilder()
+    q = {"dtype": np.int8, "scale": 0.05, "zero_point": -3} if quantized else {}
+
+    def tensor(name: str, scale: float = 0.05, zero_point: int = -3, dtype=np.int8) -> int:
+        return mb.tensor(name, shape, **({"dtype": dtype, "scale": scale, "zero_point": zero_point} if quantized
+                                         else {}))
+    a, b = mb.input("a", shape, **q), mb.input("b", shape, **q)
+    outs = []
+    for k, (unary, binary, swap, uq) in enumerate([("LOGISTIC", "MUL", False, (1 / 256, -128)),
+                                                   ("TANH", "SUB", True, (1 / 128, 0))]):
+        x, fx, y = tensor(f"x{k}", 0.06, 2), tensor(f"f{k}", *uq), tensor(f"y{k}", 0.04, -1)
+        mb.op("ADD", [a, b], [x])
+        mb.op(unary, [x], [fx])
+        mb.op(binary, [fx, x] if swap else [x, fx], [y])
+        outs.append(y)
+    mb.output(*outs)
+    content = mb.build()
+    if quantized:
+        inputs = [rng.integers(-128, 128, shape).astype(np.int8) for _ in range(2)]
+        ref = run_litert(content, inputs, reference_kernels=True)
+        it, got = run_gpu(content, inputs, backend)
+        # the GPU's float SUB of two grids is a step off TFLite's fixed-point one on ~2% of values, fused or not
+        for o, r, name in zip(got, ref, ("swish", "tanh - x")):
+            assert_quant_close(o, r, min_equal=0.97, what=f"{name} on {backend}")
+    else:
+        inputs = [rng.standard_normal(shape).astype(np.float32) * 3 for _ in range(2)]
+        it = check_float(content, inputs, backend, ["swish", "tanh - x"])
+    plan = plan_of(it)
+    assert [k.kernel for k in plan.kernels] == ["broadcast_binary"] * 2 or \
+        [k.kernel for k in plan.kernels] == ["copy"] * 2, [k.kernel for k in plan.kernels]
+    assert sum("keeping tensor" in note for note in plan.notes) == 2, plan.notes

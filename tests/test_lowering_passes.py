@@ -32,6 +32,10 @@ def ops_of(graph: Graph) -> dict:
     return ops
 
 
+def table_key(n: int, rows: np.ndarray) -> str:
+    return f"lut{n}"
+
+
 def view_of(graph: Graph) -> PartitionView:
     return PartitionView(graph, [n.index for n in graph.nodes], {t.index: t.shape for t in graph.tensors},
                          list(graph.inputs), list(graph.outputs), ops=ops_of(graph))
@@ -149,7 +153,7 @@ def test_fuse_activation_and_constant_add_into_the_conv():
     graph = graph_of(mb)
     view = view_of(graph)
     keys: list[tuple[int, str]] = []
-    result = fuse_elementwise.run(view, True, lambda t, mode: keys.append((t, mode)) or f"k{t}")
+    result = fuse_elementwise.run(view, True, lambda t, mode: keys.append((t, mode)) or f"k{t}", table_key)
     assert result.applied == ["fused node 1 (RELU) into node 0 (CONV_2D)", "fused node 2 (ADD) into node 0 (CONV_2D)"]
     assert view.nodes == [0]
     relu, add = view.postops[0]
@@ -169,7 +173,7 @@ def test_fuse_declines_a_tensor_read_twice():
     mb.op("LOGISTIC", [c], [s])
     mb.output(r, s)
     view = view_of(graph_of(mb))
-    result = fuse_elementwise.run(view, True, lambda t, mode: "")
+    result = fuse_elementwise.run(view, True, lambda t, mode: "", table_key)
     assert not result.changed
     assert result.declined == ["node 1 (RELU) into node 0 (CONV_2D): tensor 1 is read elsewhere too",
                                "node 2 (LOGISTIC) into node 0 (CONV_2D): tensor 1 is read elsewhere too"]
@@ -190,7 +194,7 @@ def test_fuse_declines_a_tensor_also_read_through_a_dropped_reshape():
     mb.output(a, b)
     view = view_of(graph_of(mb))
     assert drop_reshape.run(view).applied == ["dropped node 2 (RESHAPE): no-op in PHWC4"]
-    result = fuse_elementwise.run(view, False, lambda t, mode: f"k{t}")
+    result = fuse_elementwise.run(view, False, lambda t, mode: f"k{t}", table_key)
     assert result.declined[0] == "node 1 (ADD) into node 0 (CONV_2D): tensor 1 is read elsewhere too"
     assert 1 in view.nodes and 0 not in view.postops
 
@@ -208,7 +212,7 @@ def test_fuse_declines_an_operand_that_a_later_kernel_writes_under_a_reshaped_na
     mb.output(y)
     view = view_of(graph_of(mb))
     drop_reshape.run(view)
-    result = fuse_elementwise.run(view, False, lambda t, mode: f"k{t}")
+    result = fuse_elementwise.run(view, False, lambda t, mode: f"k{t}", table_key)
     assert result.declined == ["node 3 (ADD) into node 0 (CONV_2D): the other operand is not ready when the "
                                "producer runs"]
     assert view.nodes == [0, 1, 3]
@@ -229,15 +233,15 @@ def test_fake_quant_step_after_a_quantized_output():
     mb = ModelBuilder()
     x = mb.input("x", [1, 4, 4, 8], np.int8, scale=0.25, zero_point=-3)
     y = mb.tensor("y", [1, 4, 4, 8], np.int8, scale=0.5, zero_point=10)
-    mb.op("RELU", [x], [y])
+    mb.op("ADD", [x, x], [y])
     mb.output(y)
     view = view_of(graph_of(mb))
-    result = fuse_elementwise.run(view, True, lambda t, mode: "")
-    assert result.applied == ["fake-quant step after node 0 (RELU)"]
+    result = fuse_elementwise.run(view, True, lambda t, mode: "", table_key)
+    assert result.applied == ["fake-quant step after node 0 (ADD)"]
     (step,) = view.postops[0]
     # int8 on (scale 0.5, zero point 10): codes -128..127 are -138..117 steps from the zero point
     assert (step.kind, step.scale, step.qmin, step.qmax) == ("fake_quant", 0.5, -138.0, 117.0)
-    assert fuse_elementwise.run(view_of(graph_of(mb)), False, lambda t, mode: "").applied == []
+    assert fuse_elementwise.run(view_of(graph_of(mb)), False, lambda t, mode: "", table_key).applied == []
 
 
 # -- emit and memory ------------------------------------------------------------------------------------------------
@@ -251,7 +255,7 @@ def test_emit_hands_the_fused_post_ops_to_the_kernel_that_writes_the_output():
     mb.output(y)
     view = view_of(graph_of(mb))
     ctx = LowerContext(view)
-    fuse_elementwise.run(view, True, ctx.operand_const)
+    fuse_elementwise.run(view, True, ctx.operand_const, ctx.table_const)
     result = emit.run(view, ctx)
     assert result.applied == ["node 0 (CONV_2D): conv2d_1x1"]
     (call,) = ctx.kernels
@@ -270,3 +274,29 @@ def test_memory_shares_buffers_between_tensors_whose_lifetimes_do_not_overlap():
     assert plan.buffer_sizes == [64, 64]  # 8 * 8 pixels of one slice
     assert plan.buffer_of == {0: 0, 1: 1, 2: 0, 3: 1, 4: 0}
     assert result.applied == ["5 tensors in 2 buffers (60% less memory)"]
+
+
+def test_a_quantized_unary_op_is_a_lookup_with_no_fake_quant_step():
+    """An int8 HARD_SWISH after an int8 ADD: fused into the ADD as a lookup of the output code of each input code on
+    the ADD's output grid, which stands in for the ADD's own fake-quant step (it rounds onto the same grid); its
+    output needs no rounding of its own."""
+    mb = ModelBuilder()
+    x = mb.input("x", [1, 4, 4, 8], np.int8, scale=0.25, zero_point=-3)
+    a = mb.tensor("a", [1, 4, 4, 8], np.int8, scale=0.5, zero_point=10)
+    y = mb.tensor("y", [1, 4, 4, 8], np.int8, scale=0.125, zero_point=-20)
+    mb.op("ADD", [x, x], [a])
+    mb.op("HARD_SWISH", [a], [y])
+    mb.output(y)
+    view = view_of(graph_of(mb))
+    tables: list[tuple[int, np.ndarray]] = []
+    result = fuse_elementwise.run(view, True, lambda t, mode: "", lambda n, rows: tables.append((n, rows)) or "t")
+    assert result.applied == ["fake-quant step after node 0 (ADD)", "fused node 1 (HARD_SWISH) into node 0 (ADD)"]
+    (lut,) = view.postops[0]
+    assert (lut.kind, lut.operand, lut.source) == ("lut", "table", "t")
+    # the steps from the zero point of the ADD's grid (value / 0.5, in -138..117), plus 138, index the table
+    assert (lut.scale, lut.qmin, lut.qmax, lut.offset) == (0.5, -138.0, 117.0, 138)
+    ((node, rows),) = tables
+    assert node == 1 and rows.shape == (64, 4)
+    values = rows.reshape(-1)
+    assert np.all(np.abs(values / np.float32(0.125) - np.round(values / np.float32(0.125))) == 0)  # on y's grid
+    assert values[138] == 0.0  # hard_swish(0) = 0: the zero point of a's grid gives y's zero point

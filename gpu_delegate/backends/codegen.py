@@ -459,9 +459,10 @@ def glsl_source(spec: KernelSpec, local_size: tuple[int, int, int], textures: fr
 # -- post-ops: the fused steps a kernel applies to a result before it stores it (lowering/plan.py PostOp) ----
 
 # Names a post-op expression may use and still mean the same for a float16 (4 vec4 at once), with their float16
-# spelling: the OpenCL prelude defines SPLAT16 and float16 overloads of min/max/clamp/ROUND/QROUND.
+# spelling: the OpenCL prelude defines SPLAT16 and float16 overloads of min/max/clamp/ROUND/QROUND; exp and tanh
+# are OpenCL built-ins of every width (LOGISTIC, TANH, and swish fused into a convolution's wide stores).
 _WIDE_NAMES = {"FLT4": "float16", "SPLAT": "SPLAT16", "a": "a", "b": "b", "max": "max", "min": "min",
-               "clamp": "clamp", "INF_F": "INF_F"}
+               "clamp": "clamp", "INF_F": "INF_F", "exp": "exp", "tanh": "tanh"}
 _TOKEN = re.compile(r"(?P<number>(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?f?)|(?P<name>[A-Za-z_]\w*)")
 _OPERAND_INDEX = {"tensor": "i", "channel": "s", "scalar": "0"}
 
@@ -479,6 +480,15 @@ def _postop_step(k: int, p: PostOp, vec: str, expr: str, operand: str) -> str:
     if p.kind == "fake_quant":
         name = "fake_quant" if vec == "FLT4" else "fake_quant16"
         return f"v = {name}(v, {literal(p.scale)}, {literal(p.qmin)}, {literal(p.qmax)});"
+    if p.kind == "keep":
+        return f"{vec} kept{p.slot} = v;"
+    if p.kind == "lut":  # the codes are exact integers in float: the conversion to int truncates nothing
+        wide = vec == "float16"
+        lanes = [f"s{j:x}" for j in range(16)] if wide else list("xyzw")
+        code = (f"{'convert_int16' if wide else 'TO_INT4'}(QROUND(v / {'SPLAT16' if wide else 'SPLAT'}"
+                f"({literal(p.scale)}), {literal(p.qmin)}, {literal(p.qmax)})) + {p.offset}")
+        return (f"{{ {'int16' if wide else 'INT4'} c = {code}; v = {'(float16)(' if wide else 'MAKE_FLT4('}"
+                + ", ".join(f"p{k}_read1(c.{lane})" for lane in lanes) + "); }")
     if p.operand is None:
         return f"{{ {vec} a = v; v = {expr}; }}"
     a, b = ("o", "v") if p.operand_first else ("v", "o")
@@ -494,7 +504,8 @@ def render_postops(postops: list[PostOp], dst_channels: int, language: str | Non
     lines = [kernel_text("dialect/fake_quant.inc.dialect")] if fake else []
     lines += ["FLT4 postop(FLT4 v, int i BUFS_DECL) {", "  int s = (i / (dst_H * dst_W)) % dst_S;"]
     for k, p in enumerate(postops):
-        operand = f"p{k}_read({_OPERAND_INDEX[p.operand]})" if p.operand else ""
+        operand = f"p{k}_read({_OPERAND_INDEX[p.operand]})" if p.operand in _OPERAND_INDEX else \
+            f"kept{p.slot}" if p.operand == "kept" else ""
         lines.append("  " + _postop_step(k, p, "FLT4", p.expr, operand))
     lines.append("  return ZERO_PAD(v, s, dst_C);" if dst_channels % 4 else "  return v;")
     lines.append("}")
@@ -508,9 +519,11 @@ def render_postops(postops: list[PostOp], dst_channels: int, language: str | Non
             operand = ""
             if p.operand == "scalar":
                 operand = f"(float16)(p{k}_read(0), p{k}_read(0), p{k}_read(0), p{k}_read(0))"
-            elif p.operand:
+            elif p.operand in _OPERAND_INDEX:
                 index = _OPERAND_INDEX[p.operand]
                 operand = "(float16)(" + ", ".join(f"p{k}_read({index}.{lane})" for lane in "xyzw") + ")"
+            elif p.operand == "kept":
+                operand = f"kept{p.slot}"
             lines.append("  " + _postop_step(k, p, "float16", e or "", operand))
         lines += ["  return v;", "}"]
     return "\n".join(lines) + "\n", has_wide

@@ -16,7 +16,7 @@ import numpy as np
 from ..errors import DelegateError
 from ..graph import ACT_NONE, PADDING_SAME, Graph, Node
 from ..phwc4 import BHWC, bhwc, grid, slices, to_rows
-from .plan import KernelCall, OperandMode, PostOp
+from .plan import CodeTable, KernelCall, OperandMode, PostOp
 from .postops import activation_postop, elementwise_postops, operand_rows
 from .view import PartitionView
 
@@ -31,6 +31,9 @@ class GpuOp(Protocol):
 
     @staticmethod
     def gpu_expr(node: Node, graph: Graph) -> str | None: ...
+
+    @staticmethod
+    def gpu_table(node: Node, graph: Graph) -> CodeTable | None: ...
 
     @staticmethod
     def lower(node: Node, graph: Graph, ctx: LowerContext) -> None: ...
@@ -137,6 +140,11 @@ class LowerContext:
         """A constant post-op operand, read in ``mode`` (postops.operand_mode)."""
         return self.const(f"operand:{mode}:{t}", lambda: operand_rows(self.view, t, mode), fp32=self.holds_ints(t))
 
+    def table_const(self, n: int, rows: np.ndarray) -> str:
+        """Node ``n``'s lookup table (postops.table_rows), stored as float32: an fp16 store would move its values
+        off the output's grid."""
+        return self.const(f"lut:{n}", lambda: rows, fp32=True)
+
     def holds_ints(self, t: int) -> bool:
         """Whether graph tensor ``t`` holds int32 values (kept in float32 storage on the device)."""
         return 0 <= t < len(self.graph.tensors) and self.graph.tensors[t].dtype == np.int32
@@ -215,9 +223,10 @@ class LowerContext:
         k = 0
         while k < len(postops):
             end = k + 1
-            while end < len(postops) and postops[end].node == postops[k].node:
+            while end < len(postops) and (postops[end].node == postops[k].node or _keeps_open(postops[k:end])):
                 end += 1
-            steps = postops[k:end]  # one node's: its expression, its activation, its fake-quant step
+            # one node's steps (its expression, its activation, its fake-quant step), or from a kept value to its use
+            steps = postops[k:end]
             need = sum(p.source is not None for p in steps)
             if runs[-1] and (used + need > limit or len(runs[-1]) + len(steps) > MAX_FUSED_STEPS):
                 runs.append([])
@@ -248,7 +257,7 @@ class LowerContext:
         ins = self.view.node_inputs(node.index)
         data = [k for k, t in enumerate(ins) if t >= 0 and not self.is_const(t)]
         flowing = data[0] if data else 0
-        ops = elementwise_postops(self.view, node.index, flowing, expr, self.operand_const)
+        ops = elementwise_postops(self.view, node.index, flowing, expr, self.operand_const, self.table_const)
         if ops is not None:
             self.view.postops[node.index] = ops + self.view.postops.get(node.index, [])
             self.kernel("copy", {"src": ins[flowing]}, {"dst": node.outputs[0]}, grid=self.grid(node.outputs[0]))
@@ -270,3 +279,8 @@ class LowerContext:
         if self.node is None:
             raise DelegateError("a constant was asked for outside any node's lowering")
         return self.node
+
+
+def _keeps_open(steps: list[PostOp]) -> bool:
+    """Whether ``steps`` keep a value (a "keep" post-op) that none of them reads yet: a kernel must not end there."""
+    return bool({p.slot for p in steps if p.kind == "keep"} - {p.slot for p in steps if p.operand == "kept"})

@@ -7,35 +7,46 @@ intermediate tensor is never written. An elementwise op takes part by defining `
 
 from __future__ import annotations
 
-from .postops import ConstKey, elementwise_postops, fake_quant_postop
+from ..graph import ACT_NONE
+from ..phwc4 import bhwc
+from .plan import PostOp
+from .postops import ConstKey, TableKey, activation_postop, elementwise_postops, fake_quant_postop
 from .view import PartitionView, PassResult
 
 
-def run(view: PartitionView, quantized: bool, const_key: ConstKey) -> PassResult:
-    """``const_key(tensor, mode)`` registers a constant operand and returns its key."""
+def run(view: PartitionView, quantized: bool, const_key: ConstKey, table_key: TableKey) -> PassResult:
+    """``const_key(tensor, mode)`` registers a constant operand and returns its key, ``table_key(node, rows)`` a
+    node's lookup table."""
     result = PassResult("fuse_elementwise")
     graph = view.graph
     position = {n: i for i, n in enumerate(view.nodes)}
     readers, names, outputs = view.readers(), view.buffer_names(), set(view.outputs)
     root_of: dict[int, int] = {}  # tensor -> node whose kernel writes it
     fused: set[int] = set()
+    # node m reading x and f(x), f fused with a "keep" of x before it: m -> (the slot, x, the node whose kernel runs)
+    pending: dict[int, tuple[int, int, int]] = {}
     for n in view.nodes:
         node = graph.nodes[n]
         ins = view.node_inputs(n)
         expr = view.op(n).gpu_expr(node, graph)
         fused_into = None
-        for flowing in range(min(2, len(ins))) if expr is not None else ():
+        if n in pending and expr is not None:
+            fused_into = _fuse_kept_reader(view, n, expr, pending.pop(n), result)
+            fused.add(n)
+        for flowing in range(min(2, len(ins))) if expr is not None and fused_into is None else ():
             t = ins[flowing]
             p = root_of.get(t)
             if p is None:
                 continue
             why_not = ""
             users, leaves = view.buffer_readers(t, readers, names, outputs)
-            if leaves or len(users) != 1:
+            partner = _reader_of_both(view, n, t, users, readers, names, outputs) \
+                if not leaves and len(users) == 2 else None
+            if leaves or (len(users) != 1 and partner is None):
                 why_not = f"tensor {t} is read elsewhere too"
             elif len(node.outputs) != 1 or len(graph.nodes[p].outputs) != 1:
                 why_not = "a node with several outputs takes part"
-            ops = None if why_not else elementwise_postops(view, n, flowing, expr or "", const_key)
+            ops = None if why_not else elementwise_postops(view, n, flowing, expr or "", const_key, table_key)
             if ops is None:
                 why_not = why_not or "the other operand broadcasts in a way a post-op cannot read"
             else:
@@ -49,17 +60,65 @@ def run(view: PartitionView, quantized: bool, const_key: ConstKey) -> PassResult
                 continue
             fused_into = p
             fused.add(n)
-            view.postops.setdefault(p, []).extend(ops or [])
+            steps = view.postops.setdefault(p, [])
+            if partner is not None:
+                steps.append(PostOp("keep", slot=n, node=n))
+                pending[partner] = (n, t, p)
+            elif ops and ops[0].kind == "lut" and steps and _same_grid(steps[-1], ops[0]):
+                steps.pop()  # the lookup rounds onto the grid the producer's fake-quant step rounds onto
+            steps.extend(ops or [])
             view.written_as[t] = node.outputs[0]
-            result.applied.append(f"fused {node} into {graph.nodes[p]}")
+            result.applied.append(f"fused {node} into {graph.nodes[p]}" +
+                                  (f", keeping tensor {t} for {graph.nodes[partner]}" if partner is not None else ""))
             break
         owner = fused_into if fused_into is not None else n
         for t in node.outputs:
             root_of[t] = owner
-        if quantized and len(node.outputs) == 1:
+        # a looked-up value is on the output's grid already
+        if quantized and len(node.outputs) == 1 and view.op(n).gpu_table(node, graph) is None:
             fq = fake_quant_postop(view, node.outputs[0], n)
             if fq is not None:
                 view.postops.setdefault(owner, []).append(fq)
                 result.applied.append(f"fake-quant step after {node}")
     view.nodes = [n for n in view.nodes if n not in fused]
     return result
+
+
+def _same_grid(fake_quant: PostOp, lut: PostOp) -> bool:
+    return fake_quant.kind == "fake_quant" and (fake_quant.scale, fake_quant.qmin, fake_quant.qmax) == \
+        (lut.scale, lut.qmin, lut.qmax)
+
+
+def _reader_of_both(view: PartitionView, n: int, t: int, users: list[int], readers: dict[int, list[int]],
+                    names: dict[int, set[int]], outputs: set[int]) -> int | None:
+    """The node m that reads tensor ``t`` and the output of unary node ``n`` (its only reader), both of t's shape
+    (swish: MUL(x, LOGISTIC(x))): fused with n into t's producer, keeping t for m. None if there is none."""
+    graph = view.graph
+    node = graph.nodes[n]
+    others = [m for m in users if m != n]
+    if len(view.node_inputs(n)) != 1 or len(node.outputs) != 1 or len(others) != 1:
+        return None
+    m, y = others[0], node.outputs[0]
+    reader = graph.nodes[m]
+    if sorted(view.node_inputs(m)) != sorted([t, y]) or len(reader.outputs) != 1 or \
+            view.op(m).gpu_expr(reader, graph) is None or view.nodes.index(m) < view.nodes.index(n):
+        return None
+    if view.buffer_readers(y, readers, names, outputs) != ([m], False):
+        return None
+    shape = bhwc(view.shapes[t])
+    return m if bhwc(view.shapes[y]) == shape == bhwc(view.shapes[reader.outputs[0]]) else None
+
+
+def _fuse_kept_reader(view: PartitionView, m: int, expr: str, kept: tuple[int, int, int], result: PassResult) -> int:
+    """Fuse node m, which reads the value kept in ``slot`` (tensor x) and the chain's value, into the kernel of
+    node p that computes both; returns p."""
+    slot, x, p = kept
+    node = view.graph.nodes[m]
+    ins = view.node_inputs(m)
+    k, flowing = ins.index(x), 1 - ins.index(x)
+    steps = [PostOp("expr", expr=expr, operand="kept", slot=slot, operand_first=k < flowing, node=m)]
+    act = activation_postop(int(node.attrs.get("fused_activation_function", ACT_NONE)), m)
+    view.postops[p].extend(steps + ([act] if act is not None else []))
+    view.written_as[ins[flowing]] = node.outputs[0]
+    result.applied.append(f"fused {node} into {view.graph.nodes[p]}, reading the kept tensor {x}")
+    return p

@@ -20,7 +20,8 @@ def build_plan(graph: Graph, nodes: list[int], inputs: list[int], outputs: list[
                          list(outputs), ops=dict(ops))
     ctx = LowerContext(view, device_type, max_buffers)
     results: list[PassResult] = [fold_constants.run(view), drop_reshape.run(view), merge_pad.run(view),
-                                 fuse_elementwise.run(view, quantized, ctx.operand_const), emit.run(view, ctx)]
+                                 fuse_elementwise.run(view, quantized, ctx.operand_const, ctx.table_const),
+                                 emit.run(view, ctx)]
     for t in inputs + outputs:
         ctx.tensors.setdefault(t, bhwc(view.shapes[t]))
     for t, src in view.aliases.items():

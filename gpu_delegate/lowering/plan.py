@@ -13,7 +13,17 @@ import numpy as np
 
 from ..phwc4 import BHWC, vec4_count
 
-OperandMode = Literal["tensor", "channel", "scalar"]
+OperandMode = Literal["tensor", "channel", "scalar", "table", "kept"]
+
+
+@dataclass(frozen=True)
+class CodeTable:
+    """An elementwise unary op on an 8-bit quantized tensor as TFLite computes it: one output per input code."""
+
+    values: np.ndarray  # float32: the dequantized output of each input code, the lowest code first
+    scale: float  # the input's grid
+    zero_point: int
+    code_min: int  # the lowest code of the input's type (-128 for int8, 0 for uint8)
 
 
 @dataclass
@@ -26,10 +36,16 @@ class PostOp:
     vec4 per slice of const ``source``, "scalar" = const ``source``'s single row.
     kind "fake_quant": quantize then dequantize on the grid of ``scale`` with integer bounds ``qmin``..``qmax``
     (relative to the zero point): the step a quantized op's output takes so that float follows fixed point.
-    The backends' codegen renders both (backends/codegen.py, render_postops).
+    kind "lut": the value's code on the grid of ``scale`` (bounds ``qmin``..``qmax`` as for "fake_quant") plus
+    ``offset`` indexes const ``source`` (operand "table", one float per code): an 8-bit op whose TFLite kernel is
+    a table or fixed-point arithmetic gives exactly TFLite's answer, where its float formula could be a step off.
+    kind "keep": the value as it stands is kept under slot ``slot``; a later "expr" step of operand "kept" and the
+    same slot reads it as its operand (a node that reads both a tensor and a function of it, as swish's MUL reads
+    x and LOGISTIC(x), runs in the kernel producing x, which is then never stored).
+    The backends' codegen renders them all (backends/codegen.py, render_postops).
     """
 
-    kind: Literal["expr", "fake_quant"]
+    kind: Literal["expr", "fake_quant", "lut", "keep"]
     expr: str = ""
     operand: OperandMode | None = None
     source: int | str | None = None  # tensor id ("tensor") or const key ("channel", "scalar")
@@ -37,13 +53,20 @@ class PostOp:
     scale: float = 0.0
     qmin: float = 0.0
     qmax: float = 0.0
+    offset: int = 0
+    slot: int = -1  # "keep": the slot it fills; "expr" of operand "kept": the slot it reads
     node: int = -1
 
     def __post_init__(self) -> None:
-        if self.kind not in ("expr", "fake_quant"):
-            raise ValueError(f"post-op kind {self.kind!r} is not 'expr' or 'fake_quant'")
-        if (self.operand is None) != (self.source is None):
+        if self.kind not in ("expr", "fake_quant", "lut", "keep"):
+            raise ValueError(f"post-op kind {self.kind!r} is not 'expr', 'fake_quant', 'lut' or 'keep'")
+        if (self.kind == "keep" or self.operand == "kept") != (self.slot >= 0) or \
+                (self.operand == "kept" and self.kind != "expr"):
+            raise ValueError("a 'keep' post-op fills a slot, an 'expr' of operand 'kept' reads one; no other has one")
+        if (self.operand is None or self.operand == "kept") != (self.source is None):
             raise ValueError("a post-op has both an operand mode and a source, or neither")
+        if (self.kind == "lut") != (self.operand == "table" and isinstance(self.source, str)):
+            raise ValueError("a 'lut' post-op, and it alone, reads a constant table")
 
     @property
     def tensor_operand(self) -> int | None:

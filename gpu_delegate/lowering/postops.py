@@ -13,7 +13,7 @@ import numpy as np
 
 from ..graph import ACT_NONE, ACT_RELU, ACT_RELU6, ACT_RELU_N1_TO_1, ACT_TANH
 from ..phwc4 import BHWC, bhwc, slices, to_rows
-from .plan import OperandMode, PostOp
+from .plan import CodeTable, OperandMode, PostOp
 from .view import PartitionView
 
 # TFLite's fused activations as dialect expressions over FLT4 ``a``.
@@ -26,6 +26,8 @@ ACTIVATION_EXPR = {
 
 # registers a constant operand (tensor, mode) as a const buffer of the plan and returns its key
 ConstKey = Callable[[int, OperandMode], str]
+# registers node n's lookup table (its values) as a const buffer of the plan and returns its key
+TableKey = Callable[[int, np.ndarray], str]
 
 
 def activation_postop(code: int, node: int) -> PostOp | None:
@@ -47,6 +49,20 @@ def fake_quant_postop(view: PartitionView, t: int, node: int) -> PostOp | None:
     info = np.iinfo(tensor.dtype)
     scale, zp = q.scalar()
     return PostOp("fake_quant", scale=float(scale), qmin=float(info.min - zp), qmax=float(info.max - zp), node=node)
+
+
+def lut_postop(table: CodeTable, key: str, node: int) -> PostOp:
+    """The post-op looking up each value's code on ``table``'s input grid in const ``key`` (the table's values)."""
+    return PostOp("lut", operand="table", source=key, scale=table.scale, qmin=float(table.code_min - table.zero_point),
+                  qmax=float(table.code_min + table.values.size - 1 - table.zero_point),
+                  offset=table.zero_point - table.code_min, node=node)
+
+
+def table_rows(table: CodeTable) -> np.ndarray:
+    """A table's values as the vec4 rows of a const buffer (zero-filled to a whole row)."""
+    rows = np.zeros(slices(table.values.size) * 4, np.float32)
+    rows[: table.values.size] = table.values
+    return rows.reshape(-1, 4)
 
 
 def operand_mode(view: PartitionView, u: int, out: BHWC) -> OperandMode | None:
@@ -77,10 +93,10 @@ def operand_rows(view: PartitionView, u: int, mode: OperandMode) -> np.ndarray:
 
 
 def elementwise_postops(view: PartitionView, n: int, flowing: int, expr: str,
-                        const_key: ConstKey) -> list[PostOp] | None:
+                        const_key: ConstKey, table_key: TableKey) -> list[PostOp] | None:
     """The post-ops that compute elementwise node ``n`` (dialect expression ``expr`` over ``a`` = input 0 and
-    ``b`` = input 1) from its input slot ``flowing``, followed by its fused activation; None if the other
-    operand cannot be read by index (it broadcasts in a way post-ops do not)."""
+    ``b`` = input 1, or the op's lookup table: Op.gpu_table) from its input slot ``flowing``, followed by its
+    fused activation; None if the other operand cannot be read by index (it broadcasts in a way post-ops do not)."""
     node = view.graph.nodes[n]
     ins = view.node_inputs(n)
     out_shape = bhwc(view.shapes[node.outputs[0]])
@@ -90,7 +106,10 @@ def elementwise_postops(view: PartitionView, n: int, flowing: int, expr: str,
     if len(others) > 1:
         return None
     ops: list[PostOp] = []
-    if not others:
+    table = view.op(n).gpu_table(node, view.graph) if not others else None
+    if table is not None:
+        ops.append(lut_postop(table, table_key(n, table_rows(table)), n))
+    elif not others:
         ops.append(PostOp("expr", expr=expr, node=n))
     else:
         k = others[0]

@@ -30,6 +30,7 @@ from ..dtypes import STRING
 from ..errors import KERNEL_FAULTS, DelegateError, ModelError
 from ..graph import Graph, Node
 from ..lowering.context import LowerContext
+from ..lowering.plan import CodeTable
 
 T = TypeVar("T")
 REGISTRY: dict[str, type[Op]] = {}
@@ -168,6 +169,12 @@ class Op:
     def gpu_expr(node: Node, graph: Graph) -> str | None:
         """Elementwise ops only: the result as a dialect expression over FLT4 ``a`` (input 0) and ``b``
         (input 1), e.g. ``"a + b"``. Such an op can be fused into the kernel that produces its input."""
+        return None
+
+    @staticmethod
+    def gpu_table(node: Node, graph: Graph) -> CodeTable | None:
+        """Elementwise unary ops on 8-bit quantized tensors: the output of each input code, which the GPU looks up
+        (exactly TFLite's integer kernel) instead of computing ``gpu_expr`` in float; None for other operands."""
         return None
 
     @staticmethod

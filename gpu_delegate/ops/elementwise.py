@@ -47,6 +47,7 @@ from ..dtypes import GPU_HELD_AS_FLOAT, STRING
 from ..errors import ModelError
 from ..graph import ACT_NONE, ACT_RELU6, Graph, Node, Tensor
 from ..lowering.context import LowerContext
+from ..lowering.plan import CodeTable
 from ..phwc4 import slices
 from .base import Op, broadcast_shape, lower_elementwise, register
 from .checks import all_required, arity, check_type, is_quantized, per_tensor, quant_of, required, type_kinds
@@ -161,6 +162,16 @@ class _Unary(Op):
     def gpu_support(node: Node, graph: Graph) -> bool | str:
         return True
 
+    @classmethod
+    def gpu_table(cls, node: Node, graph: Graph) -> CodeTable | None:
+        tx, ty = graph.tensors[node.inputs[0]], graph.tensors[node.outputs[0]]
+        if not (is_quantized(tx) and is_quantized(ty) and tx.dtype.itemsize == 1 and ty.dtype.itemsize == 1):
+            return None
+        qi, qo = quant_of(node, tx).scalar(), quant_of(node, ty).scalar()
+        table = graph.prepared(("elementwise.lut", node.index), lambda: cls.table(node, qi, qo, tx.dtype))
+        values = (np.asarray(table, np.int64) - qo[1]).astype(np.float32) * f32(qo[0])
+        return CodeTable(values, float(qi[0]), int(qi[1]), dtype_range(tx.dtype)[0])
+
     lower = staticmethod(lower_elementwise)
 
     @staticmethod
@@ -236,7 +247,8 @@ class Log(_Unary):
 
 @register
 class Neg(_Unary):
-    """TFLite negates 8-bit codes as plain integers, ignoring their quantization; so do we."""
+    """TFLite negates 8-bit codes as plain integers, ignoring their quantization; so do we (on the GPU too: its
+    table, ``gpu_table``)."""
 
     name, ints = "NEG", True
     expr = "-a"
@@ -245,7 +257,7 @@ class Neg(_Unary):
     @staticmethod
     def gpu_support(node: Node, graph: Graph) -> bool | str:
         x, y = graph.tensors[node.inputs[0]], graph.tensors[node.outputs[0]]
-        if is_quantized(x):
+        if is_quantized(x) and x.dtype.itemsize > 1:
             (sx, zx), (sy, zy) = quant_of(node, x).scalar(), quant_of(node, y).scalar()
             if sx != sy or zx + zy != 0:
                 return ("quantized NEG negates the codes, which is a negation of the values only when the "
