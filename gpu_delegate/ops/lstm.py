@@ -22,13 +22,15 @@ implemented here.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..cpu.lstm import LstmWeights, basic_lstm_cell, lstm_sequence
+from ..cpu.quant import dequantize
 from ..errors import ModelError
-from ..graph import ACT_SIGN_BIT, Graph, Node
+from ..graph import ACT_SIGN_BIT, Graph, Node, Tensor
 from ..lowering.context import LowerContext
 from ..phwc4 import slices
 from .base import Defines, Op, register
@@ -68,12 +70,35 @@ def _present(node: Node, i: int | None) -> bool:
     return i is not None and i < len(node.inputs) and node.inputs[i] >= 0
 
 
+def _hybrid_weight(tensor: Tensor) -> bool:
+    """An int8 constant with a quantization: a weight of the dynamic-range converter's hybrid LSTM."""
+    return tensor.data is not None and tensor.dtype == np.int8 and tensor.quant is not None
+
+
 def _check_float(node: Node, graph: Graph) -> None:
+    """Float32 inputs, but for hybrid int8 weights (run in float, dequantized once: ``_float_weights``)."""
     for i, t in enumerate(node.inputs):
-        if t >= 0 and graph.tensors[t].dtype != np.float32:
+        if t >= 0 and graph.tensors[t].dtype != np.float32 and not _hybrid_weight(graph.tensors[t]):
             tensor = graph.tensors[t]
             raise ModelError(f"{node}: input {i} ({tensor.name!r}) is {tensor.type_name or tensor.dtype}; only the "
-                             "float32 LSTM is supported (no hybrid or integer kernels)")
+                             "float32 LSTM (with float or hybrid int8 weights) is supported, no integer kernels")
+
+
+def _float_weights(node: Node, graph: Graph, inputs: list) -> list:
+    """``inputs`` with each hybrid int8 weight dequantized (once per graph). LiteRT's hybrid kernels quantize the
+    activations on the fly for int8 dot products; like TFLite's GPU delegate, this keeps them in float, which is
+    closer to the float model the weights were quantized from."""
+    def dequantized(tensor: Tensor) -> np.ndarray:
+        q = tensor.quant
+        assert q is not None and tensor.data is not None
+        return dequantize(tensor.data, q.scale, q.zero_point, q.axis if q.per_channel else None).astype(np.float32)
+
+    out = list(inputs)
+    for i, t in enumerate(node.inputs):
+        tensor = graph.tensors[t] if t >= 0 else None
+        if tensor is not None and _hybrid_weight(tensor):
+            out[i] = graph.prepared(("lstm_weight", node.index, i), functools.partial(dequantized, tensor))
+    return out
 
 
 def _check_cell(node: Node, graph: Graph, cell: CellLayout) -> None:
@@ -204,7 +229,7 @@ def _cell_macs(node: Node, graph: Graph, cell: CellLayout, steps: int, n_input: 
 @register
 class UnidirectionalSequenceLstm(Op):
     name = "UNIDIRECTIONAL_SEQUENCE_LSTM"
-    types = "float32 (hybrid int8 weights refused)"
+    types = "float32; hybrid int8 weights (run in float)"
     max_version = 3
 
     @staticmethod
@@ -233,6 +258,7 @@ class UnidirectionalSequenceLstm(Op):
 
     @staticmethod
     def run_cpu(node, graph, inputs):
+        inputs = _float_weights(node, graph, inputs)
         UnidirectionalSequenceLstm.infer(node, graph, [None if v is None else v.shape for v in inputs])
         time_major = bool(node.attrs.get("time_major", True))
         x = inputs[0] if time_major else inputs[0].transpose(1, 0, 2)
@@ -247,7 +273,7 @@ class BidirectionalSequenceLstm(Op):
     width and so reads past them for batch > 1; this computes what the op means: both outputs side by side.)"""
 
     name = "BIDIRECTIONAL_SEQUENCE_LSTM"
-    types = "float32 (hybrid int8 weights refused)"
+    types = "float32; hybrid int8 weights (run in float)"
     max_version = 3
 
     @staticmethod
@@ -306,6 +332,7 @@ class BidirectionalSequenceLstm(Op):
 
     @staticmethod
     def run_cpu(node, graph, inputs):
+        inputs = _float_weights(node, graph, inputs)
         BidirectionalSequenceLstm._dims(node, [None if v is None else v.shape for v in inputs])
         time_major = bool(node.attrs.get("time_major", False))
 
@@ -392,6 +419,7 @@ class Lstm(Op):
 
     @staticmethod
     def run_cpu(node, graph, inputs):
+        inputs = _float_weights(node, graph, inputs)
         Lstm.infer(node, graph, [None if v is None else v.shape for v in inputs])
         if Lstm._kernel(node) == FULL_KERNEL:
             return [_run_cell(node, inputs, UNIDIRECTIONAL, inputs[0][None])[0]]
