@@ -393,7 +393,12 @@ def main(argv: list[str] | None = None) -> int:
         paths = [p for p in paths if any(s in p.stem for s in args.only)]
     results = []
     for path in paths:
-        r = check_model(path, backends)
+        try:
+            r = check_model(path, backends)
+        except Exception as e:  # a model that does not even load is a failure of every path, not of the run
+            traceback.print_exc(limit=3, file=sys.stderr)
+            r = ModelResult(path.stem, 0)
+            r.cells = {b: Verdict(False, np.inf, f"{type(e).__name__}: {str(e)[:200]}") for b in backends}
         results.append(r)
         cells = " | ".join(f"{b}: {'ok' if v.ok else 'FAIL'} {v.text}" for b, v in r.cells.items())
         flat = f" | flat outputs ({r.flatness:.1e})" if r.flatness < 1e-3 else ""
