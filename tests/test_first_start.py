@@ -8,6 +8,7 @@ or on the driver's entry points.
 """
 
 import gc
+import json
 import logging
 import os
 import subprocess
@@ -396,3 +397,46 @@ def test_programs_nobody_holds_are_kept_within_a_bound():
     cache.get("huge", 500, build("huge"))  # more than the bound alone: kept while it is the newest
     cache.get("huge", 500, build("huge"))
     assert built == ["a", "b", "b", "huge"]
+
+
+# -- numba compiles what the CPU path runs, and nothing else ------------------------------------------------------
+
+def depthwise_3x3_model() -> bytes:
+    rng = np.random.default_rng(11)
+    mb = ModelBuilder()
+    x = mb.input("x", [1, 9, 8, 6])
+    y = mb.tensor("y", [1, 5, 4, 6])
+    mb.op("DEPTHWISE_CONV_2D", [x, mb.const("w", rng.standard_normal((1, 3, 3, 6)).astype(np.float32)),
+                                mb.const("b", rng.standard_normal(6).astype(np.float32))], [y],
+          padding="SAME", stride_w=2, stride_h=2, depth_multiplier=1, fused_activation_function="RELU6")
+    mb.output(y)
+    return mb.build()
+
+
+def test_a_3x3_depthwise_compiles_only_its_kernel(tmp_path):
+    """A first start on the CPU path after install compiles every numba kernel it reaches: the depthwise kernel
+    for any filter size was compiled with the 3x3 one that MobileNets use (2.1 s together), and the border
+    helper twice (a literal argument). A fresh process running 3x3 filters compiles neither extra."""
+    content = depthwise_3x3_model()
+    path = tmp_path / "dw.tflite"
+    path.write_bytes(content)
+    x = np.random.default_rng(12).standard_normal((1, 9, 8, 6)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    script = f"""
+import json, numpy as np, gpu_delegate as gd
+from gpu_delegate.cpu import conv
+it = gd.Interpreter(model_path={str(path)!r})
+it.allocate_tensors()
+it.set_tensor(it.get_input_details()[0]["index"], np.load({str(tmp_path / "x.npy")!r}))
+it.invoke()
+np.save({str(tmp_path / "y.npy")!r}, it.get_tensor(it.get_output_details()[0]["index"]))
+print(json.dumps({{f.py_func.__name__: len(f.signatures) for f in
+                  (conv._depthwise_3x3, conv._depthwise_rows, conv._depthwise_pixels, conv._clamp_rows)}}))
+"""
+    # an empty numba cache, as after install: the callees a kernel is compiled with show in their signatures
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "numba"))
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, env=env)
+    assert result.returncode == 0, result.stderr
+    compiled = json.loads(result.stdout.splitlines()[-1])
+    assert compiled == {"_depthwise_3x3": 1, "_depthwise_rows": 0, "_depthwise_pixels": 1, "_clamp_rows": 1}
+    assert_float_close(np.load(tmp_path / "y.npy"), run_litert(content, [x])[0], 1e-5, what="3x3 depthwise on the CPU")
