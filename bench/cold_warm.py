@@ -8,6 +8,8 @@
                   user's machine)
     warm, dir only  the serialization dir alone, the driver caches empty again (PoCL's programs live in its own
                   kernel cache, not in the dir: this is what a warm start costs where that cache is gone)
+    cpu           (--backends cpu) no delegate: every node on the numba kernels. cold: numba's cache empty (as
+                  after install); warm: the cache the cold start left. The dir columns do not apply.
 Each cell is the median of --repeats processes (each cold one with its own empty caches); the machine is
 shared, so the load average is printed next to the numbers. Also, in the cold processes: the first invoke
 against the median of the five right after it, and against invokes that follow a pause as it does (on this host
@@ -18,7 +20,7 @@ gpu_delegate renamed gpu_delegate_old on PYTHONPATH), every cell is measured for
 interleaved so that the load of a shared machine falls on both alike.
 
     python bench/cold_warm.py [--models mobilenet/mobilenet_v2_224_fp32,real/face_detection_short_range]
-                              [--backends cl,gl] [--repeats 3] [--baseline gpu_delegate_old]
+                              [--backends cl,gl,cpu] [--repeats 3] [--baseline gpu_delegate_old]
 """
 
 from __future__ import annotations
@@ -43,8 +45,9 @@ import numpy as np
 gd = importlib.import_module(sys.argv[4])
 t1 = time.perf_counter()
 path, backend, cache_dir = sys.argv[1:4]
-d = gd.GpuDelegate(backend=backend, serialization_dir=cache_dir or None, model_token="bench")
-it = gd.Interpreter(model_path=path, experimental_delegates=[d])
+d = None if backend == "cpu" else gd.GpuDelegate(backend=backend, serialization_dir=cache_dir or None,
+                                                 model_token="bench")
+it = gd.Interpreter(model_path=path, experimental_delegates=[d] if d else None)
 it.allocate_tensors()
 t2 = time.perf_counter()
 for det in it.get_input_details():
@@ -61,10 +64,11 @@ for _ in range(3):
     t = time.perf_counter()
     it.invoke()
     paused.append(time.perf_counter() - t)
-on_gpu = sum(o["backend"] == backend for o in it.get_ops_details())
+on_gpu = sum(o["backend"] == backend for o in it.get_ops_details()) if d else 0
 print(json.dumps({"import_s": t1 - t0, "start_s": t3 - t1, "prepare_s": t2 - t1, "first_s": t3 - t2,
                   "second_s": sorted(later)[2], "paused_s": sorted(paused)[1],
-                  "hits": d.cache.hits if d.cache else 0, "nodes_on_gpu": on_gpu, "nodes": len(it.get_ops_details())}))
+                  "hits": d.cache.hits if d and d.cache else 0, "nodes_on_gpu": on_gpu,
+                  "nodes": len(it.get_ops_details())}))
 """
 
 
@@ -73,6 +77,8 @@ def run_child(model: Path, backend: str, drivers: Path, serialized: Path | None,
     env = dict(os.environ)
     folders = {"POCL_CACHE_DIR": "pocl", "MESA_SHADER_CACHE_DIR": "mesa", "PYOPENCL_CACHE_DIR": "pyopencl",
                "XDG_CACHE_HOME": "xdg"}
+    if backend == "cpu":  # the CPU path's first start is numba's: its cache is the driver cache here
+        folders["NUMBA_CACHE_DIR"] = "numba"
     for variable, folder in folders.items():
         (drivers / folder).mkdir(parents=True, exist_ok=True)  # Mesa makes no parent folders: no cache without
         env[variable] = str(drivers / folder)
@@ -81,8 +87,8 @@ def run_child(model: Path, backend: str, drivers: Path, serialized: Path | None,
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def median(runs: list[dict], key: str) -> float:
-    return statistics.median(r[key] for r in runs)
+def median(runs: list[dict], key: str) -> float | None:
+    return statistics.median(r[key] for r in runs) if runs else None
 
 
 def main() -> None:
@@ -105,15 +111,21 @@ def main() -> None:
                 runs: dict[str, dict[str, list[dict]]] = {p: {"cold": [], "dir": [], "warm": [], "dir_only": []}
                                                           for p in packages}
                 load = os.getloadavg()[0]
-                for p in packages:
-                    run_child(model, backend, root / p / "numba-warm-up", None, p)  # untimed: numba's own cache
+                cpu = backend == "cpu"
+                if not cpu:
+                    for p in packages:
+                        run_child(model, backend, root / p / "numba-warm-up", None, p)  # untimed: numba's own cache
                 for k in range(args.repeats):
                     for p in packages:
                         runs[p]["cold"].append(run_child(model, backend, root / p / f"cold{k}", None, p))
-                        runs[p]["dir"].append(run_child(model, backend, root / p / f"dir{k}",
-                                                        root / p / f"serialized{k}", p))
+                        if not cpu:
+                            runs[p]["dir"].append(run_child(model, backend, root / p / f"dir{k}",
+                                                            root / p / f"serialized{k}", p))
                 for k in range(args.repeats):
                     for p in packages:
+                        if cpu:
+                            runs[p]["warm"].append(run_child(model, backend, root / p / "cold0", None, p))
+                            continue
                         serialized = root / p / "serialized0"
                         runs[p]["warm"].append(run_child(model, backend, root / p / "dir0", serialized, p))
                         runs[p]["dir_only"].append(run_child(model, backend, root / p / f"empty{k}", serialized, p))
@@ -132,12 +144,17 @@ def main() -> None:
                 print({k: v for k, v in row.items() if k != "runs"}, file=sys.stderr, flush=True)
     print(f"medians of {args.repeats} fresh processes per cell; seconds from construction to the first result\n")
     print("| model | backend | package | GPU nodes | cold | cold + dir | dir / cold | warm | warm, dir only | "
-          "first / next invokes | first / paused invokes | load avg |")
-    print("|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "first / next invokes | first / paused invokes | import | load avg |")
+    print("|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+
+    def cell(seconds: float | None) -> str:
+        return "–" if seconds is None else f"{seconds:.2f}"
+
     for r in rows:
-        print(f"| {r['model']} | {r['backend']} | {r['package']} | {r['gpu']} | {r['cold_s']:.2f} | {r['dir_s']:.2f} | "
-              f"{r['dir_s'] / r['cold_s']:.2f} | {r['warm_s']:.2f} | {r['dir_only_s']:.2f} | "
-              f"{r['first_over_second']:.2f} | {r['first_over_paused']:.2f} | {r['load']:.1f} |")
+        print(f"| {r['model']} | {r['backend']} | {r['package']} | {r['gpu']} | {r['cold_s']:.2f} | "
+              f"{cell(r['dir_s'])} | {cell(r['dir_s'] and r['dir_s'] / r['cold_s'])} | {r['warm_s']:.2f} | "
+              f"{cell(r['dir_only_s'])} | "
+              f"{r['first_over_second']:.2f} | {r['first_over_paused']:.2f} | {r['import_s']:.2f} | {r['load']:.1f} |")
     if args.output_json:
         args.output_json.write_text(json.dumps(rows, indent=1))
 

@@ -1,3 +1,5 @@
+from collections.abc import Callable
+
 import pytest
 
 from .reference import shared_delegate
@@ -8,3 +10,18 @@ def backend(request: pytest.FixtureRequest) -> str:
     """Both GPU backends; a test module may define its own `backend` to narrow this."""
     shared_delegate(request.param)
     return str(request.param)
+
+
+@pytest.fixture
+def fresh_programs(monkeypatch: pytest.MonkeyPatch) -> Callable[[], None]:
+    """Empty process-wide program caches, as in a new process, so that what a test builds or loads reaches the
+    driver; call the fixture's value to empty them again (say, between a cold and a warm start)."""
+    from gpu_delegate.backends import opencl, opengl
+    from gpu_delegate.backends.base import ProgramCache
+
+    def empty() -> None:
+        monkeypatch.setattr(opencl, "PROGRAMS", ProgramCache())
+        monkeypatch.setattr(opengl, "PROGRAMS", ProgramCache())
+
+    empty()
+    return empty

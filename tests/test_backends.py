@@ -290,7 +290,7 @@ def _square_spec(value: float = 0.0) -> KernelSpec:
                       [Arg("x", "in"), Arg("y", "out")], (3, 1, 1), {"ADD": value})
 
 
-def test_program_binary_round_trip(backend):
+def test_program_binary_round_trip(backend, fresh_programs):
     if backend.device_info().get("program_binary_formats") == 0:
         pytest.skip("this GL driver keeps no program binaries (Mesa: shader cache disabled)")
     program = backend.compile(_square_spec())

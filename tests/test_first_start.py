@@ -1,23 +1,31 @@
 """First start (issue 17): a partition's OpenCL kernels build as one program, every compile happens at
 preparation (the first invoke builds and first-launches nothing), the device fingerprint holds stable facts only,
-each stage of preparation is reported, and PoCL's programs are left to its own kernel cache.
+each stage of preparation is reported, and PoCL's programs are left to its own kernel cache. A process builds a
+program once, whichever delegates ask for it (issue 18, item 11).
 
-References: outputs against LiteRT; what is compiled and launched when, by spying on the backend's primitives.
+References: outputs against LiteRT; what is compiled and launched when, by spying on the backend's primitives
+or on the driver's entry points.
 """
 
+import gc
+import json
 import logging
 import os
 import subprocess
 import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
+import pyopencl as cl
 import pytest
 
 import gpu_delegate as gd
 from gpu_delegate import cache as cache_mod
 from gpu_delegate import progress as progress_mod
-from gpu_delegate.backends import codegen, create_backend
-from gpu_delegate.backends.base import device_fingerprint
+from gpu_delegate.backends import Arg, KernelSpec, codegen, create_backend, opencl, opengl
+from gpu_delegate.backends.base import ProgramCache, device_fingerprint
 from gpu_delegate.tflite import ModelBuilder
 
 from .reference import assert_float_close, run, run_litert
@@ -268,3 +276,167 @@ def test_pocl_programs_are_left_to_its_kernel_cache(tmp_path, monkeypatch):
     run(gd.Interpreter(model_content=BLOCK, experimental_delegates=[off]), BLOCK_INPUTS)
     (path,) = (tmp_path / "off").glob("*.bin")
     assert len(program_binaries(path)) == 1  # the partition's one program
+
+
+# -- one build per program and process (issue 18, item 11) ------------------------------------------------------
+
+def driver_builds(backend: str, monkeypatch, delay_s: float = 0.0) -> list[str]:
+    """What the driver is asked to build or load from now on, spied at the API: pyopencl's Program.build on
+    OpenCL, glCompileShader and glProgramBinary on GL; each waits ``delay_s`` first."""
+    builds: list[str] = []
+
+    def spy(name, real):
+        def call(*args, **kwargs):
+            builds.append(name)
+            time.sleep(delay_s)
+            return real(*args, **kwargs)
+        return call
+
+    if backend == "cl":
+        monkeypatch.setattr(cl.Program, "build", spy("clBuildProgram", cl.Program.build))
+    else:
+        gl = opengl.open_context().gl
+        for name in ("CompileShader", "ProgramBinary"):
+            monkeypatch.setattr(gl, name, spy(f"gl{name}", getattr(gl, name)))
+    return builds
+
+
+def start_block(backend: str) -> list[np.ndarray]:
+    """A delegate and an interpreter of BLOCK, run once and dropped."""
+    return run(gd.Interpreter(model_content=BLOCK, experimental_delegates=[gd.GpuDelegate(backend=backend)]),
+               BLOCK_INPUTS)
+
+
+def test_a_delegate_made_again_builds_no_program(backend, monkeypatch, fresh_programs):
+    """Each new GpuDelegate built all of its programs again: a start as slow as the first where the driver keeps
+    no cache, and on PoCL ~100 KB leaked per delegate (LLVM keeps the metadata of every module it parses). A
+    second delegate of the same model, made after the first is gone or while it lives, builds nothing."""
+    builds = driver_builds(backend, monkeypatch)
+    reference = run_litert(BLOCK, BLOCK_INPUTS)
+    out = start_block(backend)
+    first = len(builds)
+    assert first > 0, "the first delegate built nothing"
+    gc.collect()  # the first delegate, its interpreter and its programs' users are gone
+    again = start_block(backend)
+    alive = gd.GpuDelegate(backend=backend)
+    it = gd.Interpreter(model_content=BLOCK, experimental_delegates=[alive])
+    alongside = [start_block(backend), run(it, BLOCK_INPUTS)]
+    assert builds[first:] == [], f"later delegates built {builds[first:]}"
+    for outputs in (out, again, *alongside):
+        for ours, ref in zip(outputs, reference):
+            assert_float_close(ours, ref, 1e-4, what=f"a delegate sharing programs on {backend}")
+
+
+def test_delegates_made_on_several_threads_build_each_program_once(backend, monkeypatch, fresh_programs):
+    """Interpreters created on four threads at once: one builds each program while the others wait for it."""
+    builds = driver_builds(backend, monkeypatch, delay_s=0.2)  # the others arrive while a build runs
+    start_block(backend)
+    alone = len(builds)
+    fresh_programs()
+    builds.clear()
+    ready = threading.Barrier(4)
+
+    def start(_: int) -> list[np.ndarray]:
+        ready.wait()
+        return start_block(backend)
+
+    with ThreadPoolExecutor(4) as pool:
+        outputs = list(pool.map(start, range(4)))
+    assert len(builds) == alone, builds
+    reference = run_litert(BLOCK, BLOCK_INPUTS)
+    for out in outputs:
+        for ours, ref in zip(out, reference):
+            assert_float_close(ours, ref, 1e-4, what=f"a delegate made on a thread on {backend}")
+
+
+def test_a_program_is_shared_within_its_context_only(monkeypatch, fresh_programs):
+    """A program belongs to the context and device it was built for: a backend on another context builds its
+    own (a program of another context fails to launch there, or on another device, runs the wrong code)."""
+    square = KernelSpec("square", "y_write(GID_X, x_read(GID_X) * x_read(GID_X));", [Arg("x", "in"), Arg("y", "out")],
+                        (3, 1, 1))
+    first = create_backend("cl")
+    context, device = opencl.open_device()
+    monkeypatch.setattr(opencl, "open_device", lambda: (cl.Context([device]), device))
+    other = create_backend("cl")
+    assert other.context != context
+    builds = driver_builds("cl", monkeypatch)
+    mine, theirs = first.compile(square), other.compile(square)
+    assert len(builds) == 2 and mine.handle[0] is not theirs.handle[0]
+    x = np.arange(12, dtype=np.float32) - 4
+    for be, program in ((first, mine), (other, theirs)):
+        xb, yb = be.alloc(3), be.alloc(3)
+        be.upload(xb, x)
+        program([xb, yb])
+        np.testing.assert_array_equal(be.download(yb), x * x)
+        be.close()
+
+
+def test_programs_nobody_holds_are_kept_within_a_bound():
+    """What no backend holds stays for the next one up to kept_chars characters of program text, the least
+    recently used going first (the newest always stays); what a backend holds is shared however many there are."""
+
+    class Built:
+        pass
+
+    built: list[str] = []
+
+    def build(name: str):
+        def make() -> Built:
+            built.append(name)
+            return Built()
+        return make
+
+    cache: ProgramCache[Built] = ProgramCache(kept_chars=100)
+    held = cache.get("a", 60, build("a"))
+    cache.get("b", 60, build("b"))  # 120 characters: a is no longer kept, but its user holds it
+    assert cache.get("a", 60, build("a")) is held  # used last now: b is dropped, and nobody holds it
+    del held
+    gc.collect()
+    cache.get("a", 60, build("a"))  # kept
+    cache.get("b", 60, build("b"))  # built again
+    cache.get("huge", 500, build("huge"))  # more than the bound alone: kept while it is the newest
+    cache.get("huge", 500, build("huge"))
+    assert built == ["a", "b", "b", "huge"]
+
+
+# -- numba compiles what the CPU path runs, and nothing else ------------------------------------------------------
+
+def depthwise_3x3_model() -> bytes:
+    rng = np.random.default_rng(11)
+    mb = ModelBuilder()
+    x = mb.input("x", [1, 9, 8, 6])
+    y = mb.tensor("y", [1, 5, 4, 6])
+    mb.op("DEPTHWISE_CONV_2D", [x, mb.const("w", rng.standard_normal((1, 3, 3, 6)).astype(np.float32)),
+                                mb.const("b", rng.standard_normal(6).astype(np.float32))], [y],
+          padding="SAME", stride_w=2, stride_h=2, depth_multiplier=1, fused_activation_function="RELU6")
+    mb.output(y)
+    return mb.build()
+
+
+def test_a_3x3_depthwise_compiles_only_its_kernel(tmp_path):
+    """A first start on the CPU path after install compiles every numba kernel it reaches: the depthwise kernel
+    for any filter size was compiled with the 3x3 one that MobileNets use (2.1 s together), and the border
+    helper twice (a literal argument). A fresh process running 3x3 filters compiles neither extra."""
+    content = depthwise_3x3_model()
+    path = tmp_path / "dw.tflite"
+    path.write_bytes(content)
+    x = np.random.default_rng(12).standard_normal((1, 9, 8, 6)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    script = f"""
+import json, numpy as np, gpu_delegate as gd
+from gpu_delegate.cpu import conv
+it = gd.Interpreter(model_path={str(path)!r})
+it.allocate_tensors()
+it.set_tensor(it.get_input_details()[0]["index"], np.load({str(tmp_path / "x.npy")!r}))
+it.invoke()
+np.save({str(tmp_path / "y.npy")!r}, it.get_tensor(it.get_output_details()[0]["index"]))
+print(json.dumps({{f.py_func.__name__: len(f.signatures) for f in
+                  (conv._depthwise_3x3, conv._depthwise_rows, conv._depthwise_pixels, conv._clamp_rows)}}))
+"""
+    # an empty numba cache, as after install: the callees a kernel is compiled with show in their signatures
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "numba"))
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, env=env)
+    assert result.returncode == 0, result.stderr
+    compiled = json.loads(result.stdout.splitlines()[-1])
+    assert compiled == {"_depthwise_3x3": 1, "_depthwise_rows": 0, "_depthwise_pixels": 1, "_clamp_rows": 1}
+    assert_float_close(np.load(tmp_path / "y.npy"), run_litert(content, [x])[0], 1e-5, what="3x3 depthwise on the CPU")

@@ -8,6 +8,7 @@ loops; no math-relaxing flag is used, so results match the GL backend and the nu
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import math
 import os
 import threading
@@ -21,7 +22,7 @@ import pyopencl as cl
 from ..errors import DelegateError
 from ..phwc4 import BHWC
 from . import codegen
-from .base import Backend, Buffer, DeviceInfo, Program, conversion_spec, numbered
+from .base import Backend, Buffer, DeviceInfo, Program, ProgramCache, conversion_spec, numbered
 from .codegen import KernelSpec
 
 T = TypeVar("T")
@@ -35,6 +36,11 @@ BUILD_OPTIONS = "-cl-std=CL1.2 -w"
 _lock = threading.Lock()
 _context: tuple[cl.Context, cl.Device] | None = None
 _context_error: DelegateError | None = None
+# Built programs, shared by every OpenCLBackend (each makes its own kernel objects: a kernel's arguments are
+# set per call). Each build parses the program into PoCL's LLVM context, whose metadata LLVM never frees: a
+# delegate made again for the same model leaked ~100 KB and spent most of its start building programs the
+# process had already built (issue 18, item 11).
+PROGRAMS: ProgramCache[cl.Program] = ProgramCache()
 
 
 def open_device() -> tuple[cl.Context, cl.Device]:
@@ -143,15 +149,22 @@ class OpenCLBackend(Backend):
         return self._build_program(source, entries, binary, f"a program of {len(entries)} kernels")
 
     def _build_program(self, source: str, entries: list[str], binary: bytes | None, what: str) -> list[Any]:
-        """Build ``source`` (or load ``binary``): (program, kernel) per entry."""
+        """Build ``source`` (or load ``binary``, which Backend._payload checked is the program of ``source``),
+        unless this process built it for this context and device already: (program, kernel) per entry."""
+        key = (self.context, self.device, hashlib.sha256(source.encode()).digest(), BUILD_OPTIONS)
+        program = PROGRAMS.get(key, len(source), lambda: self._build_driver_program(source, binary, what))
+        try:
+            return [(program, cl.Kernel(program, entry)) for entry in entries]
+        except cl.Error as e:
+            raise DelegateError(f"OpenCL: {what}: {e}") from e
+
+    def _build_driver_program(self, source: str, binary: bytes | None, what: str) -> cl.Program:
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", cl.CompilerWarning)
                 if binary is None:
-                    program = cl.Program(self.context, source).build(BUILD_OPTIONS)
-                else:
-                    program = cl.Program(self.context, [self.device], [binary]).build(BUILD_OPTIONS)
-            return [(program, cl.Kernel(program, entry)) for entry in entries]
+                    return cl.Program(self.context, source).build(BUILD_OPTIONS)
+                return cl.Program(self.context, [self.device], [binary]).build(BUILD_OPTIONS)
         except cl.Error as e:
             if binary is not None:
                 raise DelegateError(f"OpenCL: {what}: the program binary does not load: {e}") from e

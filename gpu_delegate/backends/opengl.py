@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import hashlib
 import os
 import queue
 import struct
@@ -32,7 +33,7 @@ import numpy as np
 
 from ..errors import DelegateError
 from . import codegen
-from .base import Backend, Buffer, DeviceInfo, Program, numbered
+from .base import Backend, Buffer, DeviceInfo, Program, ProgramCache, numbered
 from .codegen import KernelSpec
 
 T = TypeVar("T")
@@ -106,7 +107,7 @@ _SIGNATURES: dict[str, tuple[type[Any] | None, list[type[Any]]]] = {
 }
 
 
-# A backend's GL objects: programs, buffers (moderngl), buffer name -> its buffer texture
+# GL objects to delete: programs, buffers (moderngl), buffer name -> its buffer texture
 _GLObjects = tuple[set[int], set[Any], dict[int, int]]
 
 
@@ -251,6 +252,22 @@ _runtime: _Runtime | None = None
 _runtime_error: DelegateError | None = None
 
 
+class _GLProgram:
+    """A linked program in the process's context, shared by every GLBackend that compiles its text
+    (``PROGRAMS``), and deleted on the GL thread once nobody holds it."""
+
+    def __init__(self, runtime: _Runtime, name: int, textures: frozenset[int]) -> None:
+        self.name = name
+        self.textures = textures  # the arguments its shader reads through buffer textures
+        weakref.finalize(self, runtime.pending.put, ({name}, set(), {}))
+
+
+# Linked programs, shared by every GLBackend: without a driver cache (MESA_SHADER_CACHE_DISABLE, a home that
+# takes no files, a GPU driver that keeps none) each delegate compiled every shader again, as slow as a first
+# start (face_detection_short_range on llvmpipe: 2.8 s a delegate); with Mesa's cache, a lookup per shader.
+PROGRAMS: ProgramCache[_GLProgram] = ProgramCache()
+
+
 def open_context() -> _Runtime:
     """The process's GL context (created once, on its own thread)."""
     global _runtime, _runtime_error
@@ -292,13 +309,11 @@ class GLBackend(Backend):
         super().__init__(profile)
         self.runtime = open_context()
         self.gl = self.runtime.gl
-        self._gl_programs: set[int] = set()
         self._gl_buffers: set[Any] = set()
         self._gl_textures: dict[int, int] = {}  # buffer name -> its buffer texture, made and deleted with it
-        # GL objects must be deleted on the GL thread, whichever thread collects this backend
-        self._finalizer = weakref.finalize(self, _release, self.runtime, self._gl_programs, self._gl_buffers,
-                                           self._gl_textures)
-        self._texture_reads: dict[int, frozenset[int]] = {}  # program -> its arguments read as textures
+        # GL objects must be deleted on the GL thread, whichever thread collects this backend (its programs
+        # are shared: each deletes itself once nobody holds it)
+        self._finalizer = weakref.finalize(self, _release, self.runtime, set(), self._gl_buffers, self._gl_textures)
         self._info = self._describe()
 
     def _on_device(self, fn: Callable[..., T], *args: Any) -> T:
@@ -343,6 +358,14 @@ class GLBackend(Backend):
         return codegen.glsl_source(spec, local_size, self.textures(spec))
 
     def _build(self, spec: KernelSpec, source: str, binary: bytes | None) -> Any:
+        """Link ``source`` (or load ``binary``, which Backend._payload checked is the program of ``source``),
+        unless this process linked it already (the text holds the work-group size and which arguments are
+        textures, so it is all a program depends on in the one context)."""
+        key = (self.runtime, hashlib.sha256(source.encode()).digest())
+        return PROGRAMS.get(key, len(source), lambda: _GLProgram(self.runtime, self._link(spec, source, binary),
+                                                                 self.textures(spec)))
+
+    def _link(self, spec: KernelSpec, source: str, binary: bytes | None) -> int:
         gl = self.gl
         program = gl.CreateProgram()
         if binary is not None:
@@ -355,8 +378,6 @@ class GLBackend(Backend):
             if not ok or gl.program_int(program, GL_COMPUTE_WORK_GROUP_SIZE, 3) != list(self.local_size(spec)):
                 gl.DeleteProgram(program)
                 raise DelegateError(f"OpenGL: kernel {spec.name}: the driver rejected the program binary")
-            self._gl_programs.add(program)
-            self._texture_reads[program] = self.textures(spec)
             return program
         shader = gl.CreateShader(GL_COMPUTE_SHADER)
         gl.ShaderSource(shader, 1, (ctypes.c_char_p * 1)(source.encode()), None)
@@ -380,20 +401,18 @@ class GLBackend(Backend):
             gl.DeleteProgram(program)
             raise DelegateError(f"OpenGL: kernel {spec.name} failed to link:\n{log}\n"
                                 f"--- source ---\n{numbered(source)}")
-        self._gl_programs.add(program)
-        self._texture_reads[program] = self.textures(spec)
         return program
 
     def _binary(self, program: Program) -> bytes:
         """glGetProgramBinary, as the format (uint32 little-endian) followed by the driver's bytes."""
         gl = self.gl
-        (length,) = gl.program_int(program.handle, GL_PROGRAM_BINARY_LENGTH)
+        (length,) = gl.program_int(program.handle.name, GL_PROGRAM_BINARY_LENGTH)
         if self.runtime.binary_formats == 0 or length <= 0:
             raise DelegateError(f"OpenGL: kernel {program.name}: the driver keeps no program binary "
                                 "(Mesa needs its shader cache enabled)")
         data = ctypes.create_string_buffer(length)
         got, fmt = ctypes.c_int(), ctypes.c_uint()
-        gl.GetProgramBinary(program.handle, length, ctypes.byref(got), ctypes.byref(fmt), data)
+        gl.GetProgramBinary(program.handle.name, length, ctypes.byref(got), ctypes.byref(fmt), data)
         return struct.pack("<I", fmt.value) + data.raw[:got.value]
 
     def _alloc(self, nbytes: int) -> Any:
@@ -440,8 +459,8 @@ class GLBackend(Backend):
 
     def _launch(self, program: Program, handles: list[Any]) -> Any:
         gl = self.gl
-        gl.UseProgram(program.handle)
-        textures = self._texture_reads[program.handle]
+        gl.UseProgram(program.handle.name)
+        textures = program.handle.textures
         for i, h in enumerate(handles):
             if i in textures:
                 gl.ActiveTexture(GL_TEXTURE0 + i)
@@ -471,7 +490,7 @@ class GLBackend(Backend):
         self.runtime.ctx.finish()
 
     def close(self) -> None:
-        """Free every program and buffer this instance made; the context stays for other instances."""
+        """Free every buffer this instance made and let go of its programs (deleted once no other instance
+        holds them, and PROGRAMS keeps them no longer); the context stays for other instances."""
         super().close()
-        self._on_device(_delete, self.runtime, self._gl_programs, self._gl_buffers, self._gl_textures)
-        self._texture_reads.clear()
+        self._on_device(_delete, self.runtime, set(), self._gl_buffers, self._gl_textures)

@@ -237,7 +237,6 @@ def _bias_act(y: np.ndarray, bias: np.ndarray, lo: np.float32, hi: np.float32) -
             yr[c] = min(max(yr[c] + bias[c], lo), hi)
 
 
-@numba.njit(cache=True, nogil=True, fastmath={"contract"})
 def _depthwise(x: np.ndarray, w: np.ndarray, bias: np.ndarray, sh: int, sw: int, dh: int, dw: int, pt: int, pl: int,
                lo: np.float32, hi: np.float32, r0: int, r1: int, out: np.ndarray) -> None:
     """out[b, oy, ox, c] = clamp(bias[c] + sum over (ky, kx) of x[b, iy, ix, c] * w[ky, kx, c], lo, hi)
@@ -246,11 +245,20 @@ def _depthwise(x: np.ndarray, w: np.ndarray, bias: np.ndarray, sh: int, sw: int,
     Taps outside the input are skipped, which for integer inputs shifted by their zero point is TFLite's
     "padding contributes zero". FMA contraction is allowed: it is exact on the integer path, and within
     rounding of the float one. The inner loops index only with loop counters over 1-D views, which is
-    what lets numba drop its negative-index checks and LLVM vectorize them."""
-    if w.shape[0] == 3 and w.shape[1] == 3:
-        _depthwise_3x3(x, w, bias, sh, sw, dh, dw, pt, pl, r0, r1, out)
-    else:
-        _depthwise_rows(x, w, bias, sh, sw, dh, dw, pt, pl, r0, r1, out)
+    what lets numba drop its negative-index checks and LLVM vectorize them.
+
+    The kernel is picked here, in Python, so that numba compiles only the ones a model needs: picked inside
+    a numba function, both were compiled with it (2.1 s of a first CPU start after install, for 3x3 filters
+    that never run the other kernel)."""
+    kernel = _depthwise_3x3 if w.shape[0] == 3 and w.shape[1] == 3 else _depthwise_rows
+    kernel(x, w, bias, sh, sw, dh, dw, pt, pl, r0, r1, out)
+    if lo > -np.inf or hi < np.inf:
+        _clamp_rows(out, lo, hi, r0, r1)
+
+
+@numba.njit(cache=True, nogil=True)
+def _clamp_rows(out: np.ndarray, lo: np.float32, hi: np.float32, r0: int, r1: int) -> None:
+    """out[b, oy] = clamp(out[b, oy], lo, hi) for the rows r0..r1 (r = b * oh + oy) of an NHWC array."""
     oh, ow, ch = out.shape[1], out.shape[2], out.shape[3]
     for r in range(r0, r1):
         b = r // oh
@@ -309,7 +317,8 @@ def _depthwise_3x3(x: np.ndarray, w: np.ndarray, bias: np.ndarray, sh: int, sw: 
         acc = out[b, oy]
         iy = oy * sh - pt
         if iy < 0 or iy + 2 * dh >= h:
-            _depthwise_pixels(x, w, bias, b, oy, 0, ow, sh, sw, dh, dw, pt, pl, acc)
+            # np.int64(0), not 0: a literal argument makes numba compile _depthwise_pixels a second time
+            _depthwise_pixels(x, w, bias, b, oy, np.int64(0), ow, sh, sw, dh, dw, pt, pl, acc)
             continue
         x0, x1, x2 = x[b, iy], x[b, iy + dh], x[b, iy + 2 * dh]
         for ox in range(ox_a, ox_b):
@@ -322,13 +331,13 @@ def _depthwise_3x3(x: np.ndarray, w: np.ndarray, bias: np.ndarray, sh: int, sw: 
                 ao[c] = (bias[c] + x00[c] * w00[c] + x01[c] * w01[c] + x02[c] * w02[c]
                          + x10[c] * w10[c] + x11[c] * w11[c] + x12[c] * w12[c]
                          + x20[c] * w20[c] + x21[c] * w21[c] + x22[c] * w22[c])
-        _depthwise_pixels(x, w, bias, b, oy, 0, ox_a, sh, sw, dh, dw, pt, pl, acc)
+        _depthwise_pixels(x, w, bias, b, oy, np.int64(0), ox_a, sh, sw, dh, dw, pt, pl, acc)
         _depthwise_pixels(x, w, bias, b, oy, ox_b, ow, sh, sw, dh, dw, pt, pl, acc)
 
 
 @numba.njit(cache=True, nogil=True, fastmath={"contract"})
-def _depthwise_pixels(x: np.ndarray, w: np.ndarray, bias: np.ndarray, b: int, oy: int, ox_lo: int, ox_hi: int,
-                      sh: int, sw: int, dh: int, dw: int, pt: int, pl: int, acc: np.ndarray) -> None:
+def _depthwise_pixels(x: np.ndarray, w: np.ndarray, bias: np.ndarray, b: int, oy: int, ox_lo: int | np.int64,
+                      ox_hi: int, sh: int, sw: int, dh: int, dw: int, pt: int, pl: int, acc: np.ndarray) -> None:
     """Output pixels ox_lo..ox_hi of row (b, oy), skipping the taps that fall outside the input."""
     h, wd, ch = x.shape[1], x.shape[2], x.shape[3]
     kh, kw = w.shape[0], w.shape[1]
