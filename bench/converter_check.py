@@ -150,6 +150,7 @@ class References:
         self.default = litert_outputs(content, inputs)
         self._reference: list[np.ndarray] | None | bool = False
         self._twin: list[np.ndarray] | None | bool = False
+        self._dequantized_twin: list[np.ndarray] | None | bool = False
         self._builtin: list[np.ndarray] | None = None
 
     @property
@@ -178,6 +179,53 @@ class References:
             self._twin = litert_outputs(twin.read_bytes(), self.inputs) if twin.exists() else None
         return self._twin  # type: ignore[return-value]
 
+    @property
+    def dequantized_twin(self) -> list[np.ndarray] | None:
+        """For a dynamic-range model, LiteRT's float kernels on its float32 twin whose weights are replaced by this
+        model's int8 weights dequantized: the computation the dynamic-range model means without LiteRT's on-the-fly
+        activation quantization (what TFLite's GPU delegate and we compute). None without a twin."""
+        if self._dequantized_twin is False:
+            twin = self.path.with_name(self.path.name.replace("_dynrange", "_fp32"))
+            patched = dequantized_weights_in(twin.read_bytes(), self.content) if twin.exists() else None
+            self._dequantized_twin = litert_outputs(patched, self.inputs) if patched is not None else None
+        return self._dequantized_twin  # type: ignore[return-value]
+
+
+def dequantized_weights_in(float_model: bytes, dynamic_range_model: bytes) -> bytes | None:
+    """``float_model`` with every float32 constant that the dynamic-range model holds as int8 (same tensor name,
+    same size) overwritten by the int8 values times their scales (per channel or per tensor); the same file
+    otherwise. None when no tensor matches."""
+    import tflite
+
+    out = bytearray(float_model)
+    quantized, floating = tflite.Model.GetRootAsModel(dynamic_range_model, 0), tflite.Model.GetRootAsModel(out, 0)
+
+    def by_name(model: Any) -> dict[str, Any]:
+        g = model.Subgraphs(0)
+        return {g.Tensors(i).Name().decode(): g.Tensors(i) for i in range(g.TensorsLength())}
+
+    floats = by_name(floating)
+    patched = 0
+    for name, t in by_name(quantized).items():
+        target = floats.get(name)
+        data = quantized.Buffers(t.Buffer()).DataAsNumpy()
+        if t.Type() != tflite.TensorType.INT8 or target is None or target.Type() != tflite.TensorType.FLOAT32 \
+                or isinstance(data, int):
+            continue
+        values = data.view(np.int8).reshape(t.ShapeAsNumpy()).astype(np.float32)
+        q = t.Quantization()
+        scale = q.ScaleAsNumpy().astype(np.float32)
+        if scale.size > 1:
+            axes = [1] * values.ndim
+            axes[q.QuantizedDimension()] = -1
+            scale = scale.reshape(axes)
+        weights = floating.Buffers(target.Buffer()).DataAsNumpy()
+        if isinstance(weights, int) or weights.size != 4 * values.size:
+            continue
+        weights.view(np.float32)[:] = (values * scale).ravel()  # a view into ``out``
+        patched += 1
+    return bytes(out) if patched else None
+
 
 def judge(kind: str, on_cpu: bool, ours: list[np.ndarray], refs: References) -> Verdict:
     """Our outputs against LiteRT's, by the model's kind ("float", "dynrange" or "int8"); see the module doc."""
@@ -201,8 +249,16 @@ def judge(kind: str, on_cpu: bool, ours: list[np.ndarray], refs: References) -> 
         if all(d <= b for d, b in zip(d_default, bounds)):
             return Verdict(True, max(d_default, default=0.0), fmt(d_default, default))
         # LiteRT's hybrid kernels quantize activations on the fly; we (like TFLite's GPU delegate) dequantize the
-        # weights once and stay in float. Where the two part by more than the bound, we pass when we are at least
-        # as close as LiteRT to the float32 model the weights were quantized from.
+        # weights once and stay in float. Where the two part by more than the bound, we pass when we match LiteRT's
+        # float kernels on the float32 twin carrying these dequantized weights (what we mean to compute), or else
+        # when we are at least as close as LiteRT to the float32 model the weights were quantized from.
+        exact = refs.dequantized_twin
+        if exact is not None:
+            d_exact = distances(ours, exact)
+            if max(d_exact, default=0.0) <= FLOAT_REL:
+                return Verdict(True, max(d_exact), f"{fmt(d_default, default)} from LiteRT's hybrid kernels; "
+                                                   f"{fmt(d_exact, exact)} from LiteRT on the fp32 model with "
+                                                   f"these weights dequantized")
         twin = refs.float_twin
         if twin is None:
             return Verdict(False, max(d_default), fmt(d_default, default))
@@ -334,7 +390,7 @@ def check_model(path: Path, backends: list[str], delegates: dict[str, gd.SimpleD
         refs = References.__new__(References)
         refs.path, refs.content, refs.inputs = path, content, inputs
         refs.default = run_interpreter(gd.Interpreter(model_content=content), inputs)
-        refs._reference = refs._twin = None
+        refs._reference = refs._twin = refs._dequantized_twin = None
         result.reference = "our CPU path"
     result.flatness = flatness(refs.default)
     for backend in backends:
