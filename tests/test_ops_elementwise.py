@@ -103,8 +103,21 @@ def test_unary_quantized(op, attrs, kind, dtype):
         qo = (1 / 128, lo + 128)
     else:
         qo = (0.037, lo + 120)
-    check(op_model(op, [T(x.shape, dtype, (0.045, zp_in))], [T(x.shape, dtype, qo)], **attrs), [x],
-          reference_kernels=True)
+    content = op_model(op, [T(x.shape, dtype, (0.045, zp_in))], [T(x.shape, dtype, qo)], **attrs)
+    np.testing.assert_array_equal(run_ours(content, [x])[0], run_litert(content, [x], True)[0])
+
+
+RSQRT_SCALES = [((0.0115981, -128), (0.00500632, -128)), ((0.00788964, -128), (0.00600153, -128)),
+                ((0.01178778, -128), (0.00457087, -128)), ((0.3, 3), (0.011, -20)), ((0.0021, -7), (0.09, 40))]
+
+
+@pytest.mark.parametrize("qi,qo", RSQRT_SCALES)
+def test_int8_rsqrt_follows_tflites_fixed_point(qi, qo):
+    """Every code from the zero point up, at the scales of a converted ViT's LayerNorms (where a float table
+    is a step off TFLite on one code) and others: TFLite computes int8 RSQRT in fixed point."""
+    x = np.arange(qi[1], 128, dtype=np.int64).astype(np.int8)
+    content = op_model("RSQRT", [T(x.shape, np.int8, qi)], [T(x.shape, np.int8, qo)])
+    np.testing.assert_array_equal(run_ours(content, [x])[0], run_litert(content, [x], True)[0])
 
 
 def test_elu_int8_against_formula():

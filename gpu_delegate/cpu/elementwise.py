@@ -14,6 +14,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from ..graph import ACT_RELU, ACT_RELU6, ACT_RELU_N1_TO_1
+from .normalization import inv_sqrt_multiplier
 from .quant import INT32_MAX, INT32_MIN, dtype_range, multiply_by_quantized_multiplier, quantize_multiplier
 
 # -- fixed point ----------------------------------------------------------------------------------------
@@ -121,6 +122,26 @@ def sqrt_lut(qi: tuple[float, int], qo: tuple[float, int], dtype: np.dtype) -> n
     with np.errstate(invalid="ignore"):
         q = np.trunc(np.sqrt(x) / f32(qo[0])).astype(np.float64) + qo[1]
     return np.clip(np.nan_to_num(q, nan=lo), lo, hi).astype(np.int64)
+
+
+def rsqrt_lut(qi: tuple[float, int], qo: tuple[float, int], dtype: np.dtype) -> np.ndarray:
+    """TFLite's int8 RSQRT in fixed point (RsqrtEvalQuantized): 1/sqrt(code - zp) as gemmlowp's Newton-Raphson
+    multiplier, scaled up by 2^20, then rescaled by 1 / (sqrt(s_in) * s_out) (float32 product, as there); the
+    zero point itself maps to the largest code. Codes below the zero point, which TFLite refuses at invoke, give
+    the largest code too."""
+    lo, hi = dtype_range(dtype)
+    multiplier, shift = quantize_multiplier(1.0 / float(np.sqrt(f32(qi[0])) * f32(qo[0])))
+    table = []
+    for code in codes(dtype).tolist():
+        value = code - qi[1]
+        if value <= 0:
+            table.append(hi)
+            continue
+        inv_sqrt, inv_shift = inv_sqrt_multiplier(value)
+        data = int(multiply_by_quantized_multiplier(1, inv_sqrt, inv_shift + 20))
+        out = int(multiply_by_quantized_multiplier(data, multiplier, shift - 20)) + qo[1]
+        table.append(min(max(out, lo), hi))
+    return np.array(table, np.int64)
 
 
 def _srdhm16(a: int, b: int) -> int:

@@ -38,6 +38,7 @@ from ..cpu.elementwise import (
     mul_q8,
     rescale,
     round_half_away,
+    rsqrt_lut,
     sqrt_lut,
     squared_difference_q8,
     truncate_divide,
@@ -277,6 +278,12 @@ class Rsqrt(_Unary):
     @staticmethod
     def compute(x: np.ndarray, attrs: dict[str, Any]) -> np.ndarray:
         return 1 / np.sqrt(x)
+
+    @classmethod
+    def table(cls, node: Node, qi: tuple[float, int], qo: tuple[float, int], dtype: np.dtype) -> np.ndarray:
+        if dtype == np.int8:  # TFLite's integer kernel; it has none for uint8, where the float table serves
+            return rsqrt_lut(qi, qo, dtype)
+        return super().table(node, qi, qo, dtype)
 
 
 @register
