@@ -6,6 +6,7 @@ default resolver hands them to XNNPACK, which rounds differently."""
 
 from __future__ import annotations
 
+import zlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -118,6 +119,35 @@ def test_int8_rsqrt_follows_tflites_fixed_point(qi, qo):
     x = np.arange(qi[1], 128, dtype=np.int64).astype(np.int8)
     content = op_model("RSQRT", [T(x.shape, np.int8, qi)], [T(x.shape, np.int8, qo)])
     np.testing.assert_array_equal(run_ours(content, [x])[0], run_litert(content, [x], True)[0])
+
+
+@pytest.mark.parametrize("qi,qo", [((0.09476087, -57), (0.48481336, 4)), ((0.01490689, -65), (0.0630742, -18)),
+                                   ((0.02, 10), (0.02, -3))])
+def test_int8_abs_rescales_in_fixed_point(qi, qo):
+    """Every code: TFLite moves |code - zp| to the output scale by a fixed-point multiplier (a float table is a
+    step off on ~30 codes at the first two pairs), and only shifts it when the scales are equal."""
+    x = codes(np.int8)
+    content = op_model("ABS", [T(x.shape, np.int8, qi)], [T(x.shape, np.int8, qo)])
+    np.testing.assert_array_equal(run_ours(content, [x])[0], run_litert(content, [x], True)[0])
+
+
+@pytest.mark.parametrize("op,attrs,kind,dtype", UNARY_Q_CASES,
+                         ids=[f"{o}{a}-{np.dtype(d)}" for o, a, _, d in UNARY_Q_CASES])
+def test_unary_quantized_at_random_scales(op, attrs, kind, dtype):
+    """Every code at 4 seeded random scale and zero-point pairs, exactly as LiteRT's reference kernels: the
+    fixed scales above miss rescale paths (ABS and RSQRT were a step off at other scales)."""
+    rng = np.random.default_rng(zlib.crc32(f"{op}{attrs}{np.dtype(dtype)}".encode()))
+    lo = int(np.iinfo(dtype).min)
+    for _ in range(4):
+        qi = (float(np.exp(rng.uniform(-6, 0))), int(rng.integers(lo, lo + 256)))
+        qo = {"sigmoid": (1 / 256, lo), "tanh": (1 / 128, lo + 128)}.get(
+            kind or "", (float(np.exp(rng.uniform(-6, 0))), int(rng.integers(lo, lo + 256))))
+        x = codes(dtype)
+        if op in ("RSQRT", "SQRT", "LOG"):  # LiteRT refuses codes below the zero point
+            x = np.maximum(x.astype(np.int64), qi[1]).astype(dtype)
+        content = op_model(op, [T(x.shape, dtype, qi)], [T(x.shape, dtype, qo)], **attrs)
+        np.testing.assert_array_equal(run_ours(content, [x])[0], run_litert(content, [x], True)[0],
+                                      err_msg=f"{op} at {qi} -> {qo}")
 
 
 def test_elu_int8_against_formula():

@@ -124,6 +124,18 @@ def sqrt_lut(qi: tuple[float, int], qo: tuple[float, int], dtype: np.dtype) -> n
     return np.clip(np.nan_to_num(q, nan=lo), lo, hi).astype(np.int64)
 
 
+def abs_lut(qi: tuple[float, int], qo: tuple[float, int], dtype: np.dtype) -> np.ndarray:
+    """TFLite's 8-bit ABS (AbsEvalQuantized): |code - zp_in| moved to the output zero point, rescaled in fixed
+    point by s_in / s_out (their float32 quotient) when the scales differ."""
+    lo, hi = dtype_range(dtype)
+    value = np.abs(codes(dtype) - qi[1])
+    if f32(qi[0]) == f32(qo[0]):
+        return np.clip(value + qo[1], lo, hi)
+    multiplier, shift = quantize_multiplier(float(f32(qi[0]) / f32(qo[0])))
+    out = [int(multiply_by_quantized_multiplier(v, multiplier, shift)) + qo[1] for v in value.tolist()]
+    return np.clip(np.array(out, np.int64), lo, hi)
+
+
 def rsqrt_lut(qi: tuple[float, int], qo: tuple[float, int], dtype: np.dtype) -> np.ndarray:
     """TFLite's int8 RSQRT in fixed point (RsqrtEvalQuantized): 1/sqrt(code - zp) as gemmlowp's Newton-Raphson
     multiplier, scaled up by 2^20, then rescaled by 1 / (sqrt(s_in) * s_out) (float32 product, as there); the

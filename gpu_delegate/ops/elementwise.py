@@ -23,6 +23,7 @@ import numpy as np
 
 from ..backends.codegen import literal
 from ..cpu.elementwise import (
+    abs_lut,
     add_sub_q8,
     apply_lut,
     codes,
@@ -216,6 +217,10 @@ class Abs(_Unary):
     name, ints = "ABS", True
     expr = "FABS(a)"
     compute = staticmethod(_unary(np.abs))
+
+    @classmethod
+    def table(cls, node: Node, qi: tuple[float, int], qo: tuple[float, int], dtype: np.dtype) -> np.ndarray:
+        return abs_lut(qi, qo, dtype)
 
 
 @register
