@@ -123,6 +123,58 @@ def test_quantized_codes_to_device(backend, precision, dtype, scale, zero_point)
         backend.to_device(q.astype(np.int16), t, shape, quant=(scale, zero_point))
 
 
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+@pytest.mark.parametrize("shape", [(2, 1, 1, 7), (1, 5, 3, 3), (2, 3, 4, 13), (1, 1, 1, 16), (1, 40, 30, 15)])
+def test_invoke_routes(backend, precision, shape):
+    """Backend.invoke: inputs in through their routes (a host reorder straight into the tensor, the last shape
+    through the conversion kernel), a kernel, outputs back, in one trip with one wait at the end. The tensors
+    held other values before, padding channels included: the route writes those zeros too."""
+    rng = np.random.default_rng(sum(shape))
+    b, h, w, c = shape
+    slices = -(-c // 4)
+    x = (rng.standard_normal(shape) * 10).astype(np.float32)
+    bias = rng.standard_normal(c).astype(np.float32)
+    spec = KernelSpec("affine_relu", AFFINE_BODY, [Arg("x", "in", shape), Arg("w", "const"), Arg("y", "out", shape)],
+                      grid=(w, h, b * slices), defines={"OFFSET": 0.25}, helpers=AFFINE_HELPERS, precision=precision)
+    n = b * slices * h * w
+    xb, wb, yb = backend.alloc(n, precision), backend.alloc(slices, precision), backend.alloc(n, precision)
+    backend.upload(xb, np.full(4 * n, 3.0, np.float32))
+    backend.upload(wb, np.pad(bias, (0, 4 * slices - c)))
+    bound = backend.bind([(backend.compile(spec), [xb, wb, yb])])
+    route_in = backend.input_route(xb, shape)
+    routes_out = [backend.output_route(yb, shape), backend.output_route(xb, shape)]
+    for k in range(2):  # the second invoke reuses what the first set up
+        x = x + k
+        y, x_back = backend.invoke([(route_in, x)], bound, routes_out)
+        stored = x if precision == "fp32" else f16(x)
+        want = np.maximum(stored * np.float32(2) + (bias if precision == "fp32" else f16(bias)), np.float32(0))
+        want = want - np.float32(0.25)
+        np.testing.assert_array_equal(backend.download(xb).astype(np.float32), phwc4(stored))
+        assert y.dtype == np.float32 and y.shape == shape
+        np.testing.assert_array_equal(y, want if precision == "fp32" else f16(want))
+        np.testing.assert_array_equal(x_back, stored)
+    with pytest.raises(ValueError, match="does not fill"):
+        backend.invoke([(route_in, x[..., :-1])], bound, routes_out)
+
+
+@pytest.mark.parametrize("shape", [(2, 3, 5, 7), (1, 50, 40, 9)])
+@pytest.mark.parametrize(("dtype", "scale", "zero_point"), [(np.int8, 0.0173, -5), (np.uint8, 0.5, 128)])
+def test_invoke_routes_codes(backend, shape, dtype, scale, zero_point):
+    """An input route of int8/uint8 codes stores scale * (q - zero_point) rounded as float32, small (dequantized
+    on the host) or large (on the device where the backend can)."""
+    info = np.iinfo(dtype)
+    q = np.random.default_rng(3).integers(info.min, info.max + 1, shape).astype(dtype)
+    b, h, w, c = shape
+    t = backend.alloc(b * -(-c // 4) * h * w, "fp32")
+    route = backend.input_route(t, shape, (scale, zero_point, np.dtype(dtype)))
+    (back,) = backend.invoke([(route, q)], [], [backend.output_route(t, shape)])
+    want = ((q.astype(np.float64) - zero_point) * np.float64(np.float32(scale))).astype(np.float32)
+    np.testing.assert_array_equal(back, want)
+    np.testing.assert_array_equal(backend.download(t), phwc4(want))
+    with pytest.raises(ValueError, match="codes"):
+        backend.invoke([(route, q.astype(np.int16))], [], [])
+
+
 @pytest.mark.parametrize("local_size", [(4, 4, 2), None])
 def test_grid_not_a_multiple_of_the_local_size(backend, local_size):
     grid = (7, 5, 3)

@@ -75,6 +75,41 @@ class Buffer:
         return self.n_vec4 * 4 * _STORAGE[self.precision].itemsize
 
 
+@dataclass(eq=False)
+class InputRoute:
+    """How ``Backend.invoke`` writes one input (Backend.input_route)."""
+
+    tensor: Buffer
+    shape: BHWC
+    codes: Codes | None  # the input comes as these int8/uint8 codes
+    rows: np.ndarray | None  # host PHWC4 rows of the tensor's storage type, written straight into it
+    raw: Buffer | None  # else the staging buffer that ``convert`` reads
+    convert: list[Any]  # Backend.bind of the conversion into ``tensor``
+    raw_codes: bool = False  # ``convert`` dequantizes the codes, which go up as they are
+    lanes: np.ndarray | None = None  # ``rows`` as (pixel, channel) where its pixels are in the input's order
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+
+@dataclass(eq=False)
+class OutputRoute:
+    """How ``Backend.invoke`` reads one output (Backend.output_route)."""
+
+    shape: BHWC
+    source: Buffer  # what is read: the PHWC4 tensor itself, or the staging buffer ``convert`` writes
+    count: int  # values read from it
+    dtype: np.dtype
+    convert: list[Any]  # Backend.bind of the conversion out of the tensor; none when the host reorders
+
+    def finish(self, values: np.ndarray) -> np.ndarray:
+        """The dense float32 BHWC array from the values read."""
+        if self.convert:
+            return values.reshape(self.shape)
+        return np.ascontiguousarray(from_rows(values, self.shape), np.float32)
+
+
 class Program:
     """A compiled kernel. ``program(buffers)`` dispatches it over its spec's grid, buffer i bound to
     ``spec.args[i]``."""
@@ -650,6 +685,115 @@ class Backend(ABC):
         raw_precision = "fp16" if dtype == np.float16 else "fp32"
         return self._on_device(self._convert_out, tensor, shape, raw_precision)
 
+    # -- one invoke in one trip to the device: inputs up, the plan's kernels, outputs down, a single wait ----------
+
+    def input_route(self, tensor: Buffer, shape: tuple[int, int, int, int], codes: Codes | None = None
+                    ) -> InputRoute:
+        """How an input reaches the PHWC4 ``tensor`` of ``shape`` every ``invoke``, set up once: a small one
+        (at most HOST_REORDER_VEC4) reordered on the host into PHWC4 rows kept for it (zero padding written
+        once) and written straight into the tensor, no conversion kernel; a large one written into a staging
+        buffer and converted by a kernel bound here. ``codes``: the input comes as int8/uint8 codes."""
+        shape = _bhwc(shape)
+        n_vec4 = vec4_count(shape)
+        if codes is None and n_vec4 <= HOST_REORDER_VEC4:
+            rows = np.zeros(n_vec4 * 4, _STORAGE[tensor.precision])
+            b, h, w, c = shape
+            lanes = None  # where PHWC4 keeps whole pixels in order, a 2-D view of their channels in the rows
+            if h * w == 1:
+                lanes = rows.reshape(b, -1)[:, :c]
+            elif c <= 4:
+                lanes = rows.reshape(-1, 4)[:, :c]
+            return InputRoute(tensor, shape, codes, rows, None, [], lanes=lanes)
+        if codes is not None and self._codes_on_device:
+            program = self._codes_conversion(shape, tensor.precision, *codes)
+            raw = self._staging_buffer(math.ceil(math.prod(shape) / 16), "fp32")  # the codes as raw bytes
+        else:
+            program = self._conversion("convert_to_phwc4", shape, tensor.precision, "fp32")
+            raw = self._staging_buffer(math.ceil(math.prod(shape) / 4), "fp32")
+        return InputRoute(tensor, shape, codes, None, raw, self.bind([(program, [raw, tensor])]),
+                          raw_codes=codes is not None and self._codes_on_device)
+
+    # whether _codes_conversion has a kernel that takes int8/uint8 codes as raw bytes; else they are
+    # dequantized on the host
+    _codes_on_device = False
+
+    def _codes_conversion(self, shape: BHWC, precision: str, scale: float, zero_point: int,
+                          dtype: np.dtype) -> Program:
+        raise NotImplementedError
+
+    def output_route(self, tensor: Buffer, shape: tuple[int, int, int, int]) -> OutputRoute:
+        """How ``invoke`` reads the PHWC4 ``tensor`` of ``shape`` back as a dense float32 BHWC array: a small
+        one as it is, reordered on the host (from_device's rule); a large one converted by a kernel bound
+        here into a staging buffer, read from there."""
+        shape = _bhwc(shape)
+        n_vec4 = vec4_count(shape)
+        if n_vec4 <= HOST_REORDER_VEC4:
+            return OutputRoute(shape, tensor, n_vec4 * 4, _STORAGE[tensor.precision], [])
+        program = self._conversion("convert_from_phwc4", shape, tensor.precision, "fp32")
+        raw = self._staging_buffer(math.ceil(math.prod(shape) / 4), "fp32")
+        return OutputRoute(shape, raw, math.prod(shape), _STORAGE["fp32"], self.bind([(program, [tensor, raw])]))
+
+    def invoke(self, inputs: list[tuple[InputRoute, np.ndarray]], bound: list[Any],
+               outputs: list[OutputRoute]) -> list[np.ndarray]:
+        """Write each input through its route, enqueue ``bound`` (Backend.bind), read each output through its
+        route: one trip to the device thread, every transfer enqueued without waiting, one wait at the end."""
+        for route, array in inputs:
+            if array.size != route.size:
+                raise ValueError(f"an array of shape {array.shape} does not fill a tensor of shape {route.shape}")
+            if route.codes is not None and array.dtype != route.codes[2]:
+                raise ValueError(f"this input takes {route.codes[2]} codes, not {array.dtype}")
+        return self._on_device(self._invoke, inputs, bound, outputs)
+
+    def _invoke(self, inputs: list[tuple[InputRoute, np.ndarray]], bound: list[Any],
+                outputs: list[OutputRoute]) -> list[np.ndarray]:
+        for into, array in inputs:
+            self._put(into, array)
+        self._dispatch_bound(bound)
+        reads = []
+        for route in outputs:
+            self._dispatch_bound(route.convert)
+            out = np.empty(route.count, route.dtype)
+            self._read_async(route.source.handle, out)
+            reads.append(out)
+        self._settle()
+        return [route.finish(out) for route, out in zip(outputs, reads)]
+
+    def _put(self, route: InputRoute, array: np.ndarray) -> None:
+        if route.codes is not None and not route.raw_codes:
+            array = dequantize(array, route.codes[0], route.codes[1])
+        if route.rows is None:
+            assert route.raw is not None
+            data = np.ascontiguousarray(array) if route.raw_codes else np.ascontiguousarray(array, np.float32)
+            self._write_async(route.raw.handle, data.reshape(-1))
+            self._dispatch_bound(route.convert)
+            return
+        if route.lanes is not None:
+            route.lanes[...] = np.asarray(array).reshape(route.lanes.shape)
+            self._write_async(route.tensor.handle, route.rows)
+            return
+        b, h, w, c = route.shape
+        s = phwc4.slices(c)
+        rows = route.rows.reshape(b, s, h, w, 4).transpose(0, 2, 3, 1, 4)  # a view: (b, y, x, slice, lane)
+        dense = np.asarray(array).reshape(b, h, w, c)
+        full = c // 4
+        if full:
+            rows[:, :, :, :full] = dense[..., :4 * full].reshape(b, h, w, full, 4)
+        if c % 4:
+            rows[:, :, :, full, :c % 4] = dense[..., 4 * full:]
+        self._write_async(route.tensor.handle, route.rows)
+
+    # an API whose transfers can be enqueued without waiting overrides these three; the data of a write must
+    # stay unchanged, and a read's array unused, until _settle
+    def _write_async(self, handle: Any, data: np.ndarray) -> None:
+        self._write(handle, data)
+
+    def _read_async(self, handle: Any, out: np.ndarray) -> None:
+        out.view(np.uint8)[...] = self._read(handle, out.nbytes)
+
+    def _settle(self) -> None:
+        """Wait for the transfers enqueued by _write_async and _read_async (here they waited already)."""
+        return None
+
     # whether the driver keeps compiled programs across processes by itself (PoCL's kernel cache): program
     # binaries then add nothing to a warm start, and asking for them can cost a compile of its own
     driver_caches_programs: bool = False
@@ -736,5 +880,6 @@ def conversion_spec(kernel: str, shape: tuple[int, int, int, int], precision: st
     return KernelSpec(kernel, body, args, grid, defines, helpers=helpers, precision=precision)
 
 
-__all__ = ["Backend", "Buffer", "Codes", "DeviceInfo", "Program", "ProgramCache", "choose_local_size",
-           "conversion_spec", "device_fingerprint", "local_size_candidates", "live_backends", "live_buffers"]
+__all__ = ["Backend", "Buffer", "Codes", "DeviceInfo", "InputRoute", "OutputRoute", "Program", "ProgramCache",
+           "choose_local_size", "conversion_spec", "device_fingerprint", "local_size_candidates", "live_backends",
+           "live_buffers"]
