@@ -157,6 +157,31 @@ def test_invoke_routes(backend, precision, shape):
         backend.invoke([(route_in, x[..., :-1])], bound, routes_out)
 
 
+def test_a_failed_invoke_leaves_no_transfer_in_flight(backend, monkeypatch):
+    """A dispatch failing after the inputs went up: invoke waits for the transfers it enqueued before raising,
+    so the caller may change its arrays at once (a large input is written from the caller's own array)."""
+    shape = (1, 40, 30, 15)
+    t = backend.alloc(40 * 30 * 4)
+    route = backend.input_route(t, shape)
+    settled: list[bool] = []
+    real_settle = backend._settle
+
+    def settle():
+        settled.append(True)
+        real_settle()
+
+    def lost(bound):
+        if bound is not route.convert:
+            raise gd.DelegateError("device lost (simulated)")
+
+    monkeypatch.setattr(backend, "_settle", settle)
+    monkeypatch.setattr(backend, "_dispatch_bound", lost)
+    with pytest.raises(gd.DelegateError, match="simulated"):
+        backend.invoke([(route, np.ones(shape, np.float32))], [object()], [])
+    assert settled == [True]
+    assert not getattr(backend, "_transfers", [])
+
+
 @pytest.mark.parametrize("shape", [(2, 3, 5, 7), (1, 50, 40, 9)])
 @pytest.mark.parametrize(("dtype", "scale", "zero_point"), [(np.int8, 0.0173, -5), (np.uint8, 0.5, 128)])
 def test_invoke_routes_codes(backend, shape, dtype, scale, zero_point):

@@ -4,6 +4,7 @@ per-API primitives (``_build``, ``_alloc``, ``_write``, ``_read``, ``_launch``, 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -746,15 +747,21 @@ class Backend(ABC):
 
     def _invoke(self, inputs: list[tuple[InputRoute, np.ndarray]], bound: list[Any],
                 outputs: list[OutputRoute]) -> list[np.ndarray]:
-        for into, array in inputs:
-            self._put(into, array)
-        self._dispatch_bound(bound)
         reads = []
-        for route in outputs:
-            self._dispatch_bound(route.convert)
-            out = np.empty(route.count, route.dtype)
-            self._read_async(route.source.handle, out)
-            reads.append(out)
+        try:
+            for into, array in inputs:
+                self._put(into, array)
+            self._dispatch_bound(bound)
+            for route in outputs:
+                self._dispatch_bound(route.convert)
+                out = np.empty(route.count, route.dtype)
+                self._read_async(route.source.handle, out)
+                reads.append(out)
+        except BaseException:
+            # no transfer outlives a failed invoke: the caller may change its arrays once this returns
+            with contextlib.suppress(Exception):
+                self._settle()
+            raise
         self._settle()
         return [route.finish(out) for route, out in zip(outputs, reads)]
 
