@@ -124,11 +124,15 @@ def test_quantized_codes_to_device(backend, precision, dtype, scale, zero_point)
 
 
 @pytest.mark.parametrize("precision", ["fp32", "fp16"])
-@pytest.mark.parametrize("shape", [(2, 1, 1, 7), (1, 5, 3, 3), (2, 3, 4, 13), (1, 1, 1, 16), (1, 40, 30, 15)])
+@pytest.mark.parametrize("shape", [(2, 1, 1, 7), (1, 5, 3, 3), (2, 3, 4, 13), (1, 1, 1, 16), (2, 2, 2, 4),
+                                   (1, 40, 30, 15), (1, 1, 1, 20001), (3, 1, 1, 8000), (1, 90, 70, 4),
+                                   (2, 1, 1, 9001), (1, 90, 70, 3)])
 def test_invoke_routes(backend, precision, shape):
-    """Backend.invoke: inputs in through their routes (a host reorder straight into the tensor, the last shape
-    through the conversion kernel), a kernel, outputs back, in one trip with one wait at the end. The tensors
-    held other values before, padding channels included: the route writes those zeros too."""
+    """Backend.invoke: inputs in through their routes, a kernel, outputs back, in one trip with one wait at the
+    end. Small tensors are reordered on the host and written straight into the tensor; large ones that PHWC4
+    stores in their own order too ((1, 1, 1, 20001), (3, 1, 1, 8000), (1, 90, 70, 4)); the other large ones
+    through the conversion kernels. The tensors held other values before, padding channels included: the
+    route writes those zeros too."""
     rng = np.random.default_rng(sum(shape))
     b, h, w, c = shape
     slices = -(-c // 4)
@@ -143,6 +147,8 @@ def test_invoke_routes(backend, precision, shape):
     bound = backend.bind([(backend.compile(spec), [xb, wb, yb])])
     route_in = backend.input_route(xb, shape)
     routes_out = [backend.output_route(yb, shape), backend.output_route(xb, shape)]
+    converted = shape in [(1, 40, 30, 15), (2, 1, 1, 9001), (1, 90, 70, 3)]
+    assert bool(route_in.convert) == converted and bool(routes_out[0].convert) == converted
     for k in range(2):  # the second invoke reuses what the first set up
         x = x + k
         y, x_back = backend.invoke([(route_in, x)], bound, routes_out)
@@ -182,11 +188,12 @@ def test_a_failed_invoke_leaves_no_transfer_in_flight(backend, monkeypatch):
     assert not getattr(backend, "_transfers", [])
 
 
-@pytest.mark.parametrize("shape", [(2, 3, 5, 7), (1, 50, 40, 9)])
+@pytest.mark.parametrize("shape", [(2, 3, 5, 7), (1, 50, 40, 9), (1, 1, 1, 20001)])
 @pytest.mark.parametrize(("dtype", "scale", "zero_point"), [(np.int8, 0.0173, -5), (np.uint8, 0.5, 128)])
 def test_invoke_routes_codes(backend, shape, dtype, scale, zero_point):
-    """An input route of int8/uint8 codes stores scale * (q - zero_point) rounded as float32, small (dequantized
-    on the host) or large (on the device where the backend can)."""
+    """An input route of int8/uint8 codes stores scale * (q - zero_point) rounded as float32: dequantized on the
+    host where the route writes the tensor itself (small, or stored in its own order), else on the device where
+    the backend can."""
     info = np.iinfo(dtype)
     q = np.random.default_rng(3).integers(info.min, info.max + 1, shape).astype(dtype)
     b, h, w, c = shape

@@ -103,11 +103,16 @@ class OutputRoute:
     count: int  # values read from it
     dtype: np.dtype
     convert: list[Any]  # Backend.bind of the conversion out of the tensor; none when the host reorders
+    pixels: tuple[int, int] | None = None  # _pixels_in_order of the shape, where the host reorders
 
     def finish(self, values: np.ndarray) -> np.ndarray:
         """The dense float32 BHWC array from the values read."""
         if self.convert:
             return values.reshape(self.shape)
+        if self.pixels is not None:  # the padding channels dropped: no copy where there are none
+            rows, per_row = self.pixels
+            lanes = values.reshape(rows, -1)[:, :self.shape[3] * per_row]
+            return np.ascontiguousarray(lanes, np.float32).reshape(self.shape)
         return np.ascontiguousarray(from_rows(values, self.shape), np.float32)
 
 
@@ -690,20 +695,19 @@ class Backend(ABC):
 
     def input_route(self, tensor: Buffer, shape: tuple[int, int, int, int], codes: Codes | None = None
                     ) -> InputRoute:
-        """How an input reaches the PHWC4 ``tensor`` of ``shape`` every ``invoke``, set up once: a small one
-        (at most HOST_REORDER_VEC4) reordered on the host into PHWC4 rows kept for it (zero padding written
-        once) and written straight into the tensor, no conversion kernel; a large one written into a staging
-        buffer and converted by a kernel bound here. ``codes``: the input comes as int8/uint8 codes."""
+        """How an input reaches the PHWC4 ``tensor`` of ``shape`` every ``invoke``, set up once. Written straight
+        into the tensor, no conversion kernel: a small one (at most HOST_REORDER_VEC4), reordered on the host
+        into PHWC4 rows kept for it (zero padding written once), and one of any size that PHWC4 stores as it
+        is (``_pixels_in_order``, a whole number of slices: the array itself goes up). Any other is written
+        into a staging buffer and converted by a kernel bound here. ``codes``: the input comes as int8/uint8
+        codes, dequantized on the host on the first way, by the conversion on the second where the backend can."""
         shape = _bhwc(shape)
-        n_vec4 = vec4_count(shape)
-        if codes is None and n_vec4 <= HOST_REORDER_VEC4:
-            rows = np.zeros(n_vec4 * 4, _STORAGE[tensor.precision])
-            b, h, w, c = shape
-            lanes = None  # where PHWC4 keeps whole pixels in order, a 2-D view of their channels in the rows
-            if h * w == 1:
-                lanes = rows.reshape(b, -1)[:, :c]
-            elif c <= 4:
-                lanes = rows.reshape(-1, 4)[:, :c]
+        pixels = _pixels_in_order(shape)
+        if vec4_count(shape) <= HOST_REORDER_VEC4 or pixels is not None and pixels[0] == 1:
+            if pixels is not None and shape[3] % 4 == 0:
+                return InputRoute(tensor, shape, codes, None, None, [])
+            rows = np.zeros(vec4_count(shape) * 4, _STORAGE[tensor.precision])
+            lanes = rows.reshape(pixels[0], -1)[:, :shape[3] * pixels[1]] if pixels is not None else None
             return InputRoute(tensor, shape, codes, rows, None, [], lanes=lanes)
         if codes is not None and self._codes_on_device:
             program = self._codes_conversion(shape, tensor.precision, *codes)
@@ -724,12 +728,14 @@ class Backend(ABC):
 
     def output_route(self, tensor: Buffer, shape: tuple[int, int, int, int]) -> OutputRoute:
         """How ``invoke`` reads the PHWC4 ``tensor`` of ``shape`` back as a dense float32 BHWC array: a small
-        one as it is, reordered on the host (from_device's rule); a large one converted by a kernel bound
-        here into a staging buffer, read from there."""
+        one, or one that PHWC4 stores as it is but for padding channels (``_pixels_in_order``), as it is,
+        reordered on the host; any other converted by a kernel bound here into a staging buffer, read from
+        there."""
         shape = _bhwc(shape)
         n_vec4 = vec4_count(shape)
-        if n_vec4 <= HOST_REORDER_VEC4:
-            return OutputRoute(shape, tensor, n_vec4 * 4, _STORAGE[tensor.precision], [])
+        pixels = _pixels_in_order(shape)
+        if n_vec4 <= HOST_REORDER_VEC4 or pixels is not None and pixels[0] == 1:
+            return OutputRoute(shape, tensor, n_vec4 * 4, _STORAGE[tensor.precision], [], pixels)
         program = self._conversion("convert_from_phwc4", shape, tensor.precision, "fp32")
         raw = self._staging_buffer(math.ceil(math.prod(shape) / 4), "fp32")
         return OutputRoute(shape, raw, math.prod(shape), _STORAGE["fp32"], self.bind([(program, [tensor, raw])]))
@@ -768,11 +774,14 @@ class Backend(ABC):
     def _put(self, route: InputRoute, array: np.ndarray) -> None:
         if route.codes is not None and not route.raw_codes:
             array = dequantize(array, route.codes[0], route.codes[1])
-        if route.rows is None:
-            assert route.raw is not None
+        if route.raw is not None:
             data = np.ascontiguousarray(array) if route.raw_codes else np.ascontiguousarray(array, np.float32)
             self._write_async(route.raw.handle, data.reshape(-1))
             self._dispatch_bound(route.convert)
+            return
+        if route.rows is None:  # PHWC4 is the array's own layout
+            self._write_async(route.tensor.handle,
+                              np.ascontiguousarray(array, _STORAGE[route.tensor.precision]).reshape(-1))
             return
         if route.lanes is not None:
             route.lanes[...] = np.asarray(array).reshape(route.lanes.shape)
@@ -866,6 +875,19 @@ def _bhwc(shape: tuple[int, ...]) -> tuple[int, int, int, int]:
     if len(shape) != 4 or min(shape) < 1:
         raise ValueError(f"{shape} is not a BHWC shape of positive sizes")
     return shape
+
+
+def _pixels_in_order(shape: BHWC) -> tuple[int, int] | None:
+    """Where PHWC4 keeps the pixels of a BHWC ``shape`` in their dense order with their channels together (one
+    pixel per batch, or one slice): PHWC4 is then the dense array as ``rows`` rows of ``per_row`` pixels, each
+    row padded to whole slices; (rows, per_row), a single row wherever no padding sits between pixels. None
+    where PHWC4 interleaves slices of different pixels."""
+    b, h, w, c = shape
+    if h * w == 1:
+        return (1, b) if c % 4 == 0 else (b, 1)
+    if c <= 4:
+        return (1, b * h * w) if c == 4 else (b * h * w, 1)
+    return None
 
 
 def conversion_spec(kernel: str, shape: tuple[int, int, int, int], precision: str, raw_precision: str) -> KernelSpec:
