@@ -758,17 +758,21 @@ class Backend(ABC):
             for into, array in inputs:
                 self._put(into, array)
             self._dispatch_bound(bound)
-            for route in outputs:
+            for k, route in enumerate(outputs):
                 self._dispatch_bound(route.convert)
                 out = np.empty(route.count, route.dtype)
-                self._read_async(route.source.handle, out)
+                if k < len(outputs) - 1:
+                    self._read_async(route.source.handle, out)
+                else:
+                    self._read_last(route.source.handle, out)
                 reads.append(out)
+            if not outputs:
+                self._settle()
         except BaseException:
             # no transfer outlives a failed invoke: the caller may change its arrays once this returns
             with contextlib.suppress(Exception):
                 self._settle()
             raise
-        self._settle()
         return [route.finish(out) for route, out in zip(outputs, reads)]
 
     def _put(self, route: InputRoute, array: np.ndarray) -> None:
@@ -798,8 +802,8 @@ class Backend(ABC):
             rows[:, :, :, full, :c % 4] = dense[..., 4 * full:]
         self._write_async(route.tensor.handle, route.rows)
 
-    # an API whose transfers can be enqueued without waiting overrides these three; the data of a write must
-    # stay unchanged, and a read's array unused, until _settle
+    # an API whose transfers can be enqueued without waiting overrides these four; the data of a write must
+    # stay unchanged, and a read's array unused, until _settle or _read_last
     def _write_async(self, handle: Any, data: np.ndarray) -> None:
         self._write(handle, data)
 
@@ -809,6 +813,11 @@ class Backend(ABC):
     def _settle(self) -> None:
         """Wait for the transfers enqueued by _write_async and _read_async (here they waited already)."""
         return None
+
+    def _read_last(self, handle: Any, out: np.ndarray) -> None:
+        """The invoke's last read, which returns once it and everything before it are done."""
+        self._read_async(handle, out)
+        self._settle()
 
     # whether the driver keeps compiled programs across processes by itself (PoCL's kernel cache): program
     # binaries then add nothing to a warm start, and asking for them can cost a compile of its own
