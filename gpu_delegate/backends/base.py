@@ -29,7 +29,8 @@ from .codegen import Arg, KernelSpec
 T = TypeVar("T")
 H = TypeVar("H")
 log = logging.getLogger("gpu_delegate")
-# from_device reorders outputs of at most this many vec4 on the host instead of in a conversion kernel
+# to_device, from_device and the invoke's routes (Backend.input_route, output_route) reorder tensors of at most this
+# many vec4 on the host instead of in a conversion kernel
 HOST_REORDER_VEC4 = 4096
 _STORAGE: dict[str, np.dtype] = {"fp32": np.dtype(np.float32), "fp16": np.dtype(np.float16)}
 # quantized codes as to_device takes them: scale, zero point, int8 or uint8
