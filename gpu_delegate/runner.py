@@ -11,7 +11,17 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from .backends.base import Backend, Buffer, Codes, DeviceInfo, Program, device_fingerprint, local_size_candidates
+from .backends.base import (
+    Backend,
+    Buffer,
+    Codes,
+    DeviceInfo,
+    InputRoute,
+    OutputRoute,
+    Program,
+    device_fingerprint,
+    local_size_candidates,
+)
 from .backends.codegen import API_LANGUAGE, Arg, KernelSpec, load_kernel, render_postops
 from .cache import fingerprint, partition_parts
 from .errors import DelegateError
@@ -120,6 +130,9 @@ class PlanRunner:
         self.boundary: list[KernelSpec] = []  # the conversions at the partition's boundary, compiled with it
         self.calls: list[tuple[Program, list[Buffer]]] = []
         self.bound: list[Any] = []  # Backend.bind of calls
+        # how run() moves each input (per tensor, and codes where it comes as codes) and output
+        self.input_routes: dict[tuple[int, Codes | None], InputRoute] = {}
+        self.output_routes: list[OutputRoute] = []
         self.last_timings: list[KernelTiming] = []  # of the last invoke, when the backend profiles
 
     @classmethod
@@ -326,6 +339,9 @@ class PlanRunner:
         for program, binds in zip(self.programs, self.binds):
             self.calls.append((program, [self._bound_buffer(b) for b in binds]))
         self.bound = self.backend.bind(self.calls)
+        self.input_routes = {}
+        self.output_routes = [self.backend.output_route(self.tensor_buffer(t), self.plan.tensors[t])
+                              for t in self.plan.outputs]
 
     def _bound_buffer(self, bind: Bind) -> Buffer:
         if bind[0] == "c":
@@ -342,16 +358,26 @@ class PlanRunner:
         plan, backend, codes = self.plan, self.backend, codes or {}
         if backend.profile:
             return self._run_profiled(feeds, codes)
+        if progress is None:
+            inputs = [(self._input_route(t, codes.get(t), feeds[t].dtype), feeds[t]) for t in plan.inputs]
+            return dict(zip(plan.outputs, backend.invoke(inputs, self.bound, self.output_routes)))
         for t in plan.inputs:
             backend.to_device(feeds[t], self.tensor_buffer(t), plan.tensors[t], codes.get(t))
-        if progress is None:
-            backend.dispatch_bound(self.bound)
-        else:
-            for bound in self.bound:
-                backend.dispatch_bound([bound])
-                backend.finish()
-                progress.advance()
+        for bound in self.bound:
+            backend.dispatch_bound([bound])
+            backend.finish()
+            progress.advance()
         return {t: backend.from_device(self.tensor_buffer(t), plan.tensors[t]) for t in plan.outputs}
+
+    def _input_route(self, t: int, quant: tuple[float, int] | None, dtype: np.dtype) -> InputRoute:
+        codes: Codes | None = (*quant, dtype) if quant is not None else None
+        route = self.input_routes.get((t, codes))
+        if route is None:
+            if codes is not None and dtype not in (np.int8, np.uint8):
+                raise ValueError(f"quantized codes are int8 or uint8, not {dtype}")
+            route = self.input_routes[(t, codes)] = self.backend.input_route(self.tensor_buffer(t),
+                                                                             self.plan.tensors[t], codes)
+        return route
 
     def _run_profiled(self, feeds: dict[int, np.ndarray], codes: dict[int, tuple[float, int]]
                       ) -> dict[int, np.ndarray]:
@@ -388,6 +414,7 @@ class PlanRunner:
         for buf in [*self.buffers, *self.const_buffers.values()]:
             self.backend.free(buf)
         self.buffers, self.const_buffers, self.calls, self.bound = [], {}, [], []
+        self.input_routes, self.output_routes = {}, []
 
 
 def _fits(local: tuple[int, int, int], info: DeviceInfo) -> bool:

@@ -123,6 +123,90 @@ def test_quantized_codes_to_device(backend, precision, dtype, scale, zero_point)
         backend.to_device(q.astype(np.int16), t, shape, quant=(scale, zero_point))
 
 
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+@pytest.mark.parametrize("shape", [(2, 1, 1, 7), (1, 5, 3, 3), (2, 3, 4, 13), (1, 1, 1, 16), (2, 2, 2, 4),
+                                   (1, 40, 30, 15), (1, 1, 1, 20001), (3, 1, 1, 8000), (1, 90, 70, 4),
+                                   (2, 1, 1, 9001), (1, 90, 70, 3)])
+def test_invoke_routes(backend, precision, shape):
+    """Backend.invoke: inputs in through their routes, a kernel, outputs back, in one trip with one wait at the
+    end. Small tensors are reordered on the host and written straight into the tensor; large ones that PHWC4
+    stores in their own order too ((1, 1, 1, 20001), (3, 1, 1, 8000), (1, 90, 70, 4)); the other large ones
+    through the conversion kernels. The tensors held other values before, padding channels included: the
+    route writes those zeros too."""
+    rng = np.random.default_rng(sum(shape))
+    b, h, w, c = shape
+    slices = -(-c // 4)
+    x = (rng.standard_normal(shape) * 10).astype(np.float32)
+    bias = rng.standard_normal(c).astype(np.float32)
+    spec = KernelSpec("affine_relu", AFFINE_BODY, [Arg("x", "in", shape), Arg("w", "const"), Arg("y", "out", shape)],
+                      grid=(w, h, b * slices), defines={"OFFSET": 0.25}, helpers=AFFINE_HELPERS, precision=precision)
+    n = b * slices * h * w
+    xb, wb, yb = backend.alloc(n, precision), backend.alloc(slices, precision), backend.alloc(n, precision)
+    backend.upload(xb, np.full(4 * n, 3.0, np.float32))
+    backend.upload(wb, np.pad(bias, (0, 4 * slices - c)))
+    bound = backend.bind([(backend.compile(spec), [xb, wb, yb])])
+    route_in = backend.input_route(xb, shape)
+    routes_out = [backend.output_route(yb, shape), backend.output_route(xb, shape)]
+    converted = shape in [(1, 40, 30, 15), (2, 1, 1, 9001), (1, 90, 70, 3)]
+    assert bool(route_in.convert) == converted and bool(routes_out[0].convert) == converted
+    for k in range(2):  # the second invoke reuses what the first set up
+        x = x + k
+        y, x_back = backend.invoke([(route_in, x)], bound, routes_out)
+        stored = x if precision == "fp32" else f16(x)
+        want = np.maximum(stored * np.float32(2) + (bias if precision == "fp32" else f16(bias)), np.float32(0))
+        want = want - np.float32(0.25)
+        np.testing.assert_array_equal(backend.download(xb).astype(np.float32), phwc4(stored))
+        assert y.dtype == np.float32 and y.shape == shape
+        np.testing.assert_array_equal(y, want if precision == "fp32" else f16(want))
+        np.testing.assert_array_equal(x_back, stored)
+    with pytest.raises(ValueError, match="does not fill"):
+        backend.invoke([(route_in, x[..., :-1])], bound, routes_out)
+
+
+def test_a_failed_invoke_leaves_no_transfer_in_flight(backend, monkeypatch):
+    """A dispatch failing after the inputs went up: invoke waits for the transfers it enqueued before raising,
+    so the caller may change its arrays at once (a large input is written from the caller's own array)."""
+    shape = (1, 40, 30, 15)
+    t = backend.alloc(40 * 30 * 4)
+    route = backend.input_route(t, shape)
+    settled: list[bool] = []
+    real_settle = backend._settle
+
+    def settle():
+        settled.append(True)
+        real_settle()
+
+    def lost(bound):
+        if bound is not route.convert:
+            raise gd.DelegateError("device lost (simulated)")
+
+    monkeypatch.setattr(backend, "_settle", settle)
+    monkeypatch.setattr(backend, "_dispatch_bound", lost)
+    with pytest.raises(gd.DelegateError, match="simulated"):
+        backend.invoke([(route, np.ones(shape, np.float32))], [object()], [])
+    assert settled == [True]
+    assert not getattr(backend, "_transfers", [])
+
+
+@pytest.mark.parametrize("shape", [(2, 3, 5, 7), (1, 50, 40, 9), (1, 1, 1, 20001)])
+@pytest.mark.parametrize(("dtype", "scale", "zero_point"), [(np.int8, 0.0173, -5), (np.uint8, 0.5, 128)])
+def test_invoke_routes_codes(backend, shape, dtype, scale, zero_point):
+    """An input route of int8/uint8 codes stores scale * (q - zero_point) rounded as float32: dequantized on the
+    host where the route writes the tensor itself (small, or stored in its own order), else on the device where
+    the backend can."""
+    info = np.iinfo(dtype)
+    q = np.random.default_rng(3).integers(info.min, info.max + 1, shape).astype(dtype)
+    b, h, w, c = shape
+    t = backend.alloc(b * -(-c // 4) * h * w, "fp32")
+    route = backend.input_route(t, shape, (scale, zero_point, np.dtype(dtype)))
+    (back,) = backend.invoke([(route, q)], [], [backend.output_route(t, shape)])
+    want = ((q.astype(np.float64) - zero_point) * np.float64(np.float32(scale))).astype(np.float32)
+    np.testing.assert_array_equal(back, want)
+    np.testing.assert_array_equal(backend.download(t), phwc4(want))
+    with pytest.raises(ValueError, match="codes"):
+        backend.invoke([(route, q.astype(np.int16))], [], [])
+
+
 @pytest.mark.parametrize("local_size", [(4, 4, 2), None])
 def test_grid_not_a_multiple_of_the_local_size(backend, local_size):
     grid = (7, 5, 3)

@@ -4,6 +4,7 @@ per-API primitives (``_build``, ``_alloc``, ``_write``, ``_read``, ``_launch``, 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -28,7 +29,8 @@ from .codegen import Arg, KernelSpec
 T = TypeVar("T")
 H = TypeVar("H")
 log = logging.getLogger("gpu_delegate")
-# from_device reorders outputs of at most this many vec4 on the host instead of in a conversion kernel
+# to_device, from_device and the invoke's routes (Backend.input_route, output_route) reorder tensors of at most this
+# many vec4 on the host instead of in a conversion kernel
 HOST_REORDER_VEC4 = 4096
 _STORAGE: dict[str, np.dtype] = {"fp32": np.dtype(np.float32), "fp16": np.dtype(np.float16)}
 # quantized codes as to_device takes them: scale, zero point, int8 or uint8
@@ -73,6 +75,46 @@ class Buffer:
     @property
     def nbytes(self) -> int:
         return self.n_vec4 * 4 * _STORAGE[self.precision].itemsize
+
+
+@dataclass(eq=False)
+class InputRoute:
+    """How ``Backend.invoke`` writes one input (Backend.input_route)."""
+
+    tensor: Buffer
+    shape: BHWC
+    codes: Codes | None  # the input comes as these int8/uint8 codes
+    rows: np.ndarray | None  # host PHWC4 rows of the tensor's storage type, written straight into it
+    raw: Buffer | None  # else the staging buffer that ``convert`` reads
+    convert: list[Any]  # Backend.bind of the conversion into ``tensor``
+    raw_codes: bool = False  # ``convert`` dequantizes the codes, which go up as they are
+    lanes: np.ndarray | None = None  # ``rows`` as (pixel, channel) where its pixels are in the input's order
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+
+@dataclass(eq=False)
+class OutputRoute:
+    """How ``Backend.invoke`` reads one output (Backend.output_route)."""
+
+    shape: BHWC
+    source: Buffer  # what is read: the PHWC4 tensor itself, or the staging buffer ``convert`` writes
+    count: int  # values read from it
+    dtype: np.dtype
+    convert: list[Any]  # Backend.bind of the conversion out of the tensor; none when the host reorders
+    pixels: tuple[int, int] | None = None  # _pixels_in_order of the shape, where the host reorders
+
+    def finish(self, values: np.ndarray) -> np.ndarray:
+        """The dense float32 BHWC array from the values read."""
+        if self.convert:
+            return values.reshape(self.shape)
+        if self.pixels is not None:  # the padding channels dropped: no copy where there are none
+            rows, per_row = self.pixels
+            lanes = values.reshape(rows, -1)[:, :self.shape[3] * per_row]
+            return np.ascontiguousarray(lanes, np.float32).reshape(self.shape)
+        return np.ascontiguousarray(from_rows(values, self.shape), np.float32)
 
 
 class Program:
@@ -650,6 +692,134 @@ class Backend(ABC):
         raw_precision = "fp16" if dtype == np.float16 else "fp32"
         return self._on_device(self._convert_out, tensor, shape, raw_precision)
 
+    # -- one invoke in one trip to the device: inputs up, the plan's kernels, outputs down, a single wait ----------
+
+    def input_route(self, tensor: Buffer, shape: tuple[int, int, int, int], codes: Codes | None = None
+                    ) -> InputRoute:
+        """How an input reaches the PHWC4 ``tensor`` of ``shape`` every ``invoke``, set up once. Written straight
+        into the tensor, no conversion kernel: a small one (at most HOST_REORDER_VEC4), reordered on the host
+        into PHWC4 rows kept for it (zero padding written once), and one of any size that PHWC4 stores as it
+        is (``_pixels_in_order``, a whole number of slices: the array itself goes up). Any other is written
+        into a staging buffer and converted by a kernel bound here. ``codes``: the input comes as int8/uint8
+        codes, dequantized on the host on the first way, by the conversion on the second where the backend can."""
+        shape = _bhwc(shape)
+        pixels = _pixels_in_order(shape)
+        if vec4_count(shape) <= HOST_REORDER_VEC4 or pixels is not None and pixels[0] == 1:
+            if pixels is not None and shape[3] % 4 == 0:
+                return InputRoute(tensor, shape, codes, None, None, [])
+            rows = np.zeros(vec4_count(shape) * 4, _STORAGE[tensor.precision])
+            lanes = rows.reshape(pixels[0], -1)[:, :shape[3] * pixels[1]] if pixels is not None else None
+            return InputRoute(tensor, shape, codes, rows, None, [], lanes=lanes)
+        if codes is not None and self._codes_on_device:
+            program = self._codes_conversion(shape, tensor.precision, *codes)
+            raw = self._staging_buffer(math.ceil(math.prod(shape) / 16), "fp32")  # the codes as raw bytes
+        else:
+            program = self._conversion("convert_to_phwc4", shape, tensor.precision, "fp32")
+            raw = self._staging_buffer(math.ceil(math.prod(shape) / 4), "fp32")
+        return InputRoute(tensor, shape, codes, None, raw, self.bind([(program, [raw, tensor])]),
+                          raw_codes=codes is not None and self._codes_on_device)
+
+    # whether _codes_conversion has a kernel that takes int8/uint8 codes as raw bytes; else they are
+    # dequantized on the host
+    _codes_on_device = False
+
+    def _codes_conversion(self, shape: BHWC, precision: str, scale: float, zero_point: int,
+                          dtype: np.dtype) -> Program:
+        raise NotImplementedError
+
+    def output_route(self, tensor: Buffer, shape: tuple[int, int, int, int]) -> OutputRoute:
+        """How ``invoke`` reads the PHWC4 ``tensor`` of ``shape`` back as a dense float32 BHWC array: a small
+        one, or one that PHWC4 stores as it is but for padding channels (``_pixels_in_order``), as it is,
+        reordered on the host; any other converted by a kernel bound here into a staging buffer, read from
+        there."""
+        shape = _bhwc(shape)
+        n_vec4 = vec4_count(shape)
+        pixels = _pixels_in_order(shape)
+        if n_vec4 <= HOST_REORDER_VEC4 or pixels is not None and pixels[0] == 1:
+            return OutputRoute(shape, tensor, n_vec4 * 4, _STORAGE[tensor.precision], [], pixels)
+        program = self._conversion("convert_from_phwc4", shape, tensor.precision, "fp32")
+        raw = self._staging_buffer(math.ceil(math.prod(shape) / 4), "fp32")
+        return OutputRoute(shape, raw, math.prod(shape), _STORAGE["fp32"], self.bind([(program, [tensor, raw])]))
+
+    def invoke(self, inputs: list[tuple[InputRoute, np.ndarray]], bound: list[Any],
+               outputs: list[OutputRoute]) -> list[np.ndarray]:
+        """Write each input through its route, enqueue ``bound`` (Backend.bind), read each output through its
+        route: one trip to the device thread, every transfer enqueued without waiting, one wait at the end."""
+        for route, array in inputs:
+            if array.size != route.size:
+                raise ValueError(f"an array of shape {array.shape} does not fill a tensor of shape {route.shape}")
+            if route.codes is not None and array.dtype != route.codes[2]:
+                raise ValueError(f"this input takes {route.codes[2]} codes, not {array.dtype}")
+        return self._on_device(self._invoke, inputs, bound, outputs)
+
+    def _invoke(self, inputs: list[tuple[InputRoute, np.ndarray]], bound: list[Any],
+                outputs: list[OutputRoute]) -> list[np.ndarray]:
+        reads = []
+        try:
+            for into, array in inputs:
+                self._put(into, array)
+            self._dispatch_bound(bound)
+            for k, route in enumerate(outputs):
+                self._dispatch_bound(route.convert)
+                out = np.empty(route.count, route.dtype)
+                if k < len(outputs) - 1:
+                    self._read_async(route.source.handle, out)
+                else:
+                    self._read_last(route.source.handle, out)
+                reads.append(out)
+            if not outputs:
+                self._settle()
+        except BaseException:
+            # no transfer outlives a failed invoke: the caller may change its arrays once this returns
+            with contextlib.suppress(Exception):
+                self._settle()
+            raise
+        return [route.finish(out) for route, out in zip(outputs, reads)]
+
+    def _put(self, route: InputRoute, array: np.ndarray) -> None:
+        if route.codes is not None and not route.raw_codes:
+            array = dequantize(array, route.codes[0], route.codes[1])
+        if route.raw is not None:
+            data = np.ascontiguousarray(array) if route.raw_codes else np.ascontiguousarray(array, np.float32)
+            self._write_async(route.raw.handle, data.reshape(-1))
+            self._dispatch_bound(route.convert)
+            return
+        if route.rows is None:  # PHWC4 is the array's own layout
+            self._write_async(route.tensor.handle,
+                              np.ascontiguousarray(array, _STORAGE[route.tensor.precision]).reshape(-1))
+            return
+        if route.lanes is not None:
+            route.lanes[...] = np.asarray(array).reshape(route.lanes.shape)
+            self._write_async(route.tensor.handle, route.rows)
+            return
+        b, h, w, c = route.shape
+        s = phwc4.slices(c)
+        rows = route.rows.reshape(b, s, h, w, 4).transpose(0, 2, 3, 1, 4)  # a view: (b, y, x, slice, lane)
+        dense = np.asarray(array).reshape(b, h, w, c)
+        full = c // 4
+        if full:
+            rows[:, :, :, :full] = dense[..., :4 * full].reshape(b, h, w, full, 4)
+        if c % 4:
+            rows[:, :, :, full, :c % 4] = dense[..., 4 * full:]
+        self._write_async(route.tensor.handle, route.rows)
+
+    # an API whose transfers can be enqueued without waiting overrides these four; the data of a write must
+    # stay unchanged, and a read's array unused, until _settle or _read_last
+    def _write_async(self, handle: Any, data: np.ndarray) -> None:
+        self._write(handle, data)
+
+    def _read_async(self, handle: Any, out: np.ndarray) -> None:
+        out.view(np.uint8)[...] = self._read(handle, out.nbytes)
+
+    def _settle(self) -> None:
+        """Wait for the transfers enqueued by _write_async and _read_async (here they waited already)."""
+        return None
+
+    def _read_last(self, handle: Any, out: np.ndarray) -> None:
+        """The invoke's last read, which returns once it and everything before it are done."""
+        self._read_async(handle, out)
+        self._settle()
+
     # whether the driver keeps compiled programs across processes by itself (PoCL's kernel cache): program
     # binaries then add nothing to a warm start, and asking for them can cost a compile of its own
     driver_caches_programs: bool = False
@@ -717,6 +887,19 @@ def _bhwc(shape: tuple[int, ...]) -> tuple[int, int, int, int]:
     return shape
 
 
+def _pixels_in_order(shape: BHWC) -> tuple[int, int] | None:
+    """Where PHWC4 keeps the pixels of a BHWC ``shape`` in their dense order with their channels together (one
+    pixel per batch, or one slice): PHWC4 is then the dense array as ``rows`` rows of ``per_row`` pixels, each
+    row padded to whole slices; (rows, per_row), a single row wherever no padding sits between pixels. None
+    where PHWC4 interleaves slices of different pixels."""
+    b, h, w, c = shape
+    if h * w == 1:
+        return (1, b) if c % 4 == 0 else (b, 1)
+    if c <= 4:
+        return (1, b * h * w) if c == 4 else (b * h * w, 1)
+    return None
+
+
 def conversion_spec(kernel: str, shape: tuple[int, int, int, int], precision: str, raw_precision: str) -> KernelSpec:
     """The spec of kernels/dialect/convert_to_phwc4.dialect (raw ``src`` -> PHWC4 ``dst``) or
     convert_from_phwc4.dialect (PHWC4 ``src`` -> raw ``dst``) for a BHWC ``shape``."""
@@ -736,5 +919,6 @@ def conversion_spec(kernel: str, shape: tuple[int, int, int, int], precision: st
     return KernelSpec(kernel, body, args, grid, defines, helpers=helpers, precision=precision)
 
 
-__all__ = ["Backend", "Buffer", "Codes", "DeviceInfo", "Program", "ProgramCache", "choose_local_size",
-           "conversion_spec", "device_fingerprint", "local_size_candidates", "live_backends", "live_buffers"]
+__all__ = ["Backend", "Buffer", "Codes", "DeviceInfo", "InputRoute", "OutputRoute", "Program", "ProgramCache",
+           "choose_local_size", "conversion_spec", "device_fingerprint", "local_size_candidates", "live_backends",
+           "live_buffers"]

@@ -457,6 +457,10 @@ class GLBackend(Backend):
             handle.read_into(out, size=nbytes)
         return out
 
+    def _read_async(self, handle: Any, out: np.ndarray) -> None:
+        if out.nbytes:  # GL reads wait for the dispatches before them: straight into the caller's array
+            handle.read_into(out, size=out.nbytes)
+
     def _launch(self, program: Program, handles: list[Any]) -> Any:
         gl = self.gl
         gl.UseProgram(program.handle.name)
