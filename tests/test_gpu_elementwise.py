@@ -329,6 +329,33 @@ def test_quantized_swish_is_one_lookup_on_every_code(backend, dtype):
     assert kinds == [["expr", "lut"]] * 2 or kinds == [["lut"]] * 2, kinds
 
 
+@pytest.mark.parametrize("dtype", [np.int8, np.uint8])
+def test_quantized_rescaling_chain_is_one_lookup(backend, dtype):
+    """keras' Rescaling in an 8-bit model, x * a + b with scalar constants after a QUANTIZE of a float input: the
+    chain of fake-quant steps after the first is one lookup of the first step's code (a table of the float32 steps
+    it replaces), on every code equal to LiteRT's default kernels, as those steps are."""
+    lo = int(np.iinfo(dtype).min)
+    shape = (2, 4, 4, 8)
+    mb = ModelBuilder()
+    src = mb.input("src", shape, np.float32)
+    q = mb.tensor("q", shape, dtype, scale=0.05, zero_point=lo + 128)
+    mb.op("QUANTIZE", [src], [q])
+    a = mb.const("a", np.array([lo + 225], dtype), scale=0.004, zero_point=lo + 128)
+    b = mb.const("b", np.array([lo + 10], dtype), scale=0.02, zero_point=lo + 128)
+    scaled = mb.tensor("scaled", shape, dtype, scale=0.021, zero_point=lo + 120)
+    y = mb.tensor("y", shape, dtype, scale=0.027, zero_point=lo + 140)
+    mb.op("MUL", [q, a], [scaled])
+    mb.op("ADD", [scaled, b], [y], fused_activation_function="RELU6")
+    mb.output(y)
+    content = mb.build()
+    inputs = [((np.arange(256) - 128) * 0.05).astype(np.float32).reshape(shape)]  # every code of q
+    ref = run_litert(content, inputs)
+    it, got = run_gpu(content, inputs, backend)
+    np.testing.assert_array_equal(got[0], ref[0], err_msg=f"x * a + b on {backend}")
+    kinds = [[p.kind for p in k.postops] for k in plan_of(it).kernels]
+    assert kinds == [["expr", "lut"]], kinds
+
+
 @pytest.mark.parametrize("quantized", [False, True])
 def test_swish_runs_in_the_kernel_of_its_input(backend, quantized):
     """swish as the converter writes it, MUL(x, LOGISTIC(x)) (also SUB(tanh(x), x), operands swapped), after an ADD

@@ -15,6 +15,7 @@ from ..graph import ACT_NONE, ACT_RELU, ACT_RELU6, ACT_RELU_N1_TO_1
 from ..phwc4 import bhwc
 from .plan import CodeTable, PostOp
 from .postops import (
+    ACTIVATION_EXPR,
     ConstKey,
     TableKey,
     activation_postop,
@@ -106,8 +107,68 @@ def run(view: PartitionView, quantized: bool, const_key: ConstKey, table_key: Ta
             if fq is not None:
                 view.postops.setdefault(owner, []).append(fq)
                 result.applied.append(f"fake-quant step after {node}")
+    if quantized:
+        for p, steps in view.postops.items():
+            view.postops[p] = _fold_constant_chains(view, steps, table_key, result)
     view.nodes = [n for n in view.nodes if n not in fused]
     return result
+
+
+def _fold_constant_chains(view: PartitionView, steps: list[PostOp], table_key: TableKey,
+                          result: PassResult) -> list[PostOp]:
+    """``steps`` with each run that starts at an 8-bit fake-quant step and goes on through steps with no operand
+    but a scalar constant, up to its last fake-quant step (a rescaling x * a + b in int8: three divisions), as one
+    lookup of the first step's code in a table of the run's float32 values (``_chain_values``): the run's
+    result is a function of that code alone."""
+    out: list[PostOp] = []
+    i = 0
+    while i < len(steps):
+        first = steps[i]
+        if first.kind != "fake_quant" or first.qmax - first.qmin > 255:
+            out.append(first)
+            i += 1
+            continue
+        v = np.arange(first.qmin, first.qmax + 1, dtype=np.float32) * np.float32(first.scale)
+        end, folded = i, v
+        for j in range(i + 1, len(steps)):
+            stepped = _chain_step(view, steps[j], v)
+            if stepped is None:
+                break
+            v = stepped
+            if steps[j].kind == "fake_quant":
+                end, folded = j, v
+        if end == i:
+            out.append(first)
+            i += 1
+            continue
+        last = steps[end]
+        table = CodeTable(folded, first.scale, int(-first.qmin), 0)
+        out.append(lut_postop(table, table_key(last.node, table_rows(table)), last.node))
+        result.applied.append(f"{end - i + 1} steps after {view.graph.nodes[first.node]} looked up by its code")
+        i = end + 1
+    return out
+
+
+def _chain_step(view: PartitionView, step: PostOp, v: np.ndarray) -> np.ndarray | None:
+    """Post-op ``step`` applied to float32 values ``v`` as the kernel applies it, if it is a fake-quant step, a
+    fused activation, or a binary op with a scalar constant operand (_FLOAT32_EXPRS); None for any other step."""
+    if step.kind == "fake_quant":
+        return fake_quant_float32(v, step.scale, step.qmin, step.qmax)
+    if step.kind != "expr":
+        return None
+    with np.errstate(all="ignore"):
+        if step.operand is None:
+            activation = _ACTIVATIONS_BY_EXPR.get(step.expr)
+            return activation(v).astype(np.float32) if activation is not None else None
+        binary = _FLOAT32_EXPRS.get(step.expr)
+        if step.operand != "scalar" or binary is None:
+            return None
+        consts = [view.const(u) for u in view.node_inputs(step.node) if view.is_const(u)]
+        if len(consts) != 1 or consts[0] is None or np.size(consts[0]) != 1:
+            return None
+        b = np.float32(np.asarray(consts[0]).reshape(-1)[0])
+        return (binary(np.full_like(v, b), v) if step.operand_first else binary(v, np.full_like(v, b))).astype(
+            np.float32)
 
 
 def _ends_in_lookup_of(view: PartitionView, p: int, n: int) -> bool:
@@ -151,6 +212,9 @@ _FLOAT32_ACTIVATIONS: dict[int, Callable[[np.ndarray], np.ndarray]] = {
     ACT_NONE: lambda v: v, ACT_RELU: lambda v: np.maximum(v, np.float32(0.0)),
     ACT_RELU6: lambda v: np.minimum(np.maximum(v, np.float32(0.0)), np.float32(6.0)),
     ACT_RELU_N1_TO_1: lambda v: np.minimum(np.maximum(v, np.float32(-1.0)), np.float32(1.0))}
+
+
+_ACTIVATIONS_BY_EXPR = {ACTIVATION_EXPR[code]: f for code, f in _FLOAT32_ACTIVATIONS.items() if code != ACT_NONE}
 
 
 def fake_quant_float32(v: np.ndarray, scale: float, qmin: float, qmax: float) -> np.ndarray:
