@@ -2,7 +2,8 @@
 kernel that produces their input, and give every quantized output its quantize-dequantize step.
 
 Each fused node becomes a `PostOp` applied to the producer's result before it is stored, so the
-intermediate tensor is never written. An elementwise op takes part by defining ``Op.gpu_expr``.
+intermediate tensor is never written. An elementwise op takes part by defining ``Op.gpu_expr``. On 8-bit grids,
+steps whose result is a function of one value's code (swish, a rescaling by constants) become one lookup.
 """
 
 from __future__ import annotations
