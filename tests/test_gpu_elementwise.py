@@ -300,12 +300,69 @@ def test_quantized_unary_ops_are_bit_exact(backend, dtype):
     assert len(luts) == len(outs)  # looked up, fused or not
 
 
+@pytest.mark.parametrize("dtype", [np.int8, np.uint8])
+def test_quantized_swish_is_one_lookup_on_every_code(backend, dtype):
+    """An 8-bit swish, MUL(x, LOGISTIC(x)), alone and with a fused RELU, on every code of x: one lookup of x's code
+    in the kernel that computes x (a table of the float32 steps it replaces), code for code LiteRT's default
+    kernels, as the unfused steps are."""
+    lo = int(np.iinfo(dtype).min)
+    shape = (2, 4, 4, 8)
+    mb = ModelBuilder()
+    src = mb.input("src", shape, dtype, scale=0.03, zero_point=lo + 130)
+    outs = []
+    for k, (act, yq) in enumerate([("NONE", (0.029, lo + 20)), ("RELU", (0.041, lo + 3))]):
+        x = mb.tensor(f"x{k}", shape, dtype, scale=0.06, zero_point=lo + 130)  # src + src: src's codes
+        mb.op("ADD", [src, src], [x])
+        fx = mb.tensor(f"sigmoid{k}", shape, dtype, scale=1 / 256, zero_point=lo)
+        y = mb.tensor(f"swish{k}", shape, dtype, scale=yq[0], zero_point=yq[1])
+        mb.op("LOGISTIC", [x], [fx])
+        mb.op("MUL", [x, fx], [y], fused_activation_function=act)
+        outs.append(y)
+    mb.output(*outs)
+    content = mb.build()
+    inputs = [np.arange(lo, lo + 256).astype(dtype).reshape(shape)]
+    ref = run_litert(content, inputs)
+    it, got = run_gpu(content, inputs, backend)
+    for o, r, name in zip(got, ref, ("swish", "swish + relu")):
+        np.testing.assert_array_equal(o, r, err_msg=f"{name} on {backend}")
+    kinds = [[p.kind for p in k.postops] for k in plan_of(it).kernels]
+    assert kinds == [["expr", "lut"]] * 2 or kinds == [["lut"]] * 2, kinds
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.uint8])
+def test_quantized_rescaling_chain_is_one_lookup(backend, dtype):
+    """keras' Rescaling in an 8-bit model, x * a + b with scalar constants after a QUANTIZE of a float input: the
+    chain of fake-quant steps after the first is one lookup of the first step's code (a table of the float32 steps
+    it replaces), on every code equal to LiteRT's default kernels, as those steps are."""
+    lo = int(np.iinfo(dtype).min)
+    shape = (2, 4, 4, 8)
+    mb = ModelBuilder()
+    src = mb.input("src", shape, np.float32)
+    q = mb.tensor("q", shape, dtype, scale=0.05, zero_point=lo + 128)
+    mb.op("QUANTIZE", [src], [q])
+    a = mb.const("a", np.array([lo + 225], dtype), scale=0.004, zero_point=lo + 128)
+    b = mb.const("b", np.array([lo + 10], dtype), scale=0.02, zero_point=lo + 128)
+    scaled = mb.tensor("scaled", shape, dtype, scale=0.021, zero_point=lo + 120)
+    y = mb.tensor("y", shape, dtype, scale=0.027, zero_point=lo + 140)
+    mb.op("MUL", [q, a], [scaled])
+    mb.op("ADD", [scaled, b], [y], fused_activation_function="RELU6")
+    mb.output(y)
+    content = mb.build()
+    inputs = [((np.arange(256) - 128) * 0.05).astype(np.float32).reshape(shape)]  # every code of q
+    ref = run_litert(content, inputs)
+    it, got = run_gpu(content, inputs, backend)
+    np.testing.assert_array_equal(got[0], ref[0], err_msg=f"x * a + b on {backend}")
+    kinds = [[p.kind for p in k.postops] for k in plan_of(it).kernels]
+    assert kinds == [["expr", "lut"]], kinds
+
+
 @pytest.mark.parametrize("quantized", [False, True])
 def test_swish_runs_in_the_kernel_of_its_input(backend, quantized):
     """swish as the converter writes it, MUL(x, LOGISTIC(x)) (also SUB(tanh(x), x), operands swapped), after an ADD
-    that computes x: x is kept in the ADD's kernel for the node that reads it and the unary op's result, so the
-    three nodes are one kernel and x is never stored; int8 too (x kept after its fake-quant step, LOGISTIC as a
-    lookup), against LiteRT's reference kernels."""
+    that computes x: the three nodes are one kernel and x is never stored. In float x is kept in the ADD's kernel
+    for the node that reads it and the unary op's result; in int8 the pair is a function of x's code alone, one
+    lookup of a table made by both nodes' integer kernels: code for code LiteRT's reference kernels (the float
+    SUB of two grids was a step off TFLite's fixed-point one on ~2% of values)."""
     rng = np.random.default_rng(8)
     shape = (1, 5, 6, 11)
     mb = ModelBuilder()
@@ -318,7 +375,8 @@ def test_swish_runs_in_the_kernel_of_its_input(backend, quantized):
     outs = []
     for k, (unary, binary, swap, uq) in enumerate([("LOGISTIC", "MUL", False, (1 / 256, -128)),
                                                    ("TANH", "SUB", True, (1 / 128, 0))]):
-        x, fx, y = tensor(f"x{k}", 0.06, 2), tensor(f"f{k}", *uq), tensor(f"y{k}", 0.04, -1)
+        # x on the inputs' grid: the ADD is exact in float, so x's codes are TFLite's and what follows is checked
+        x, fx, y = tensor(f"x{k}", 0.05, -3), tensor(f"f{k}", *uq), tensor(f"y{k}", 0.04, -1)
         mb.op("ADD", [a, b], [x])
         mb.op(unary, [x], [fx])
         mb.op(binary, [fx, x] if swap else [x, fx], [y])
@@ -326,16 +384,20 @@ def test_swish_runs_in_the_kernel_of_its_input(backend, quantized):
     mb.output(*outs)
     content = mb.build()
     if quantized:
-        inputs = [rng.integers(-128, 128, shape).astype(np.int8) for _ in range(2)]
+        inputs = [rng.integers(-64, 64, shape).astype(np.int8) for _ in range(2)]  # sums within x's range
         ref = run_litert(content, inputs, reference_kernels=True)
         it, got = run_gpu(content, inputs, backend)
-        # the GPU's float SUB of two grids is a step off TFLite's fixed-point one on ~2% of values, fused or not
         for o, r, name in zip(got, ref, ("swish", "tanh - x")):
-            assert_quant_close(o, r, min_equal=0.97, what=f"{name} on {backend}")
+            np.testing.assert_array_equal(o, r, err_msg=f"{name} on {backend}")
     else:
         inputs = [rng.standard_normal(shape).astype(np.float32) * 3 for _ in range(2)]
         it = check_float(content, inputs, backend, ["swish", "tanh - x"])
     plan = plan_of(it)
     assert [k.kernel for k in plan.kernels] == ["broadcast_binary"] * 2 or \
         [k.kernel for k in plan.kernels] == ["copy"] * 2, [k.kernel for k in plan.kernels]
-    assert sum("keeping tensor" in note for note in plan.notes) == 2, plan.notes
+    if quantized:
+        assert sum("looked up in the kernel of" in note for note in plan.notes) == 2, plan.notes
+        kinds = [[p.kind for p in k.postops] for k in plan.kernels]
+        assert all(steps[-1] == "lut" and "keep" not in steps for steps in kinds), kinds
+    else:
+        assert sum("keeping tensor" in note for note in plan.notes) == 2, plan.notes
