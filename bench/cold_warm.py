@@ -11,9 +11,11 @@
     cpu           (--backends cpu) no delegate: every node on the numba kernels. cold: numba's cache empty (as
                   after install); warm: the cache the cold start left. The dir columns do not apply.
 Each cell is the median of --repeats processes (each cold one with its own empty caches); the machine is
-shared, so the load average is printed next to the numbers. Also, in the cold processes: the first invoke
-against the median of the five right after it, and against invokes that follow a pause as it does (on this host
-an invoke after 0.3 s idle takes 15-20% longer than one right after another: the drivers' threads sleep).
+shared, so the load average is printed next to the numbers, and the cold start's CPU time (the process's, every
+thread's: the drivers compile on threads of their own), which load from other processes changes far less than the
+wall time. Also, in the cold processes: the first invoke against the median of the five right after it, and
+against invokes that follow a pause as it does (on this host an invoke after 0.3 s idle takes 15-20% longer than
+one right after another: the drivers' threads sleep).
 
 With --baseline PACKAGE (another copy of the package importable under that name, say the fork point's
 gpu_delegate renamed gpu_delegate_old on PYTHONPATH), every cell is measured for both, their processes
@@ -44,6 +46,7 @@ import importlib
 import numpy as np
 gd = importlib.import_module(sys.argv[4])
 t1 = time.perf_counter()
+c1 = time.process_time()
 path, backend, cache_dir = sys.argv[1:4]
 d = None if backend == "cpu" else gd.GpuDelegate(backend=backend, serialization_dir=cache_dir or None,
                                                  model_token="bench")
@@ -54,6 +57,7 @@ for det in it.get_input_details():
     it.set_tensor(det["index"], np.zeros(det["shape"], det["dtype"]))
 it.invoke()
 t3 = time.perf_counter()
+c3 = time.process_time()
 later, paused = [], []
 for _ in range(5):
     t = time.perf_counter()
@@ -65,7 +69,8 @@ for _ in range(3):
     it.invoke()
     paused.append(time.perf_counter() - t)
 on_gpu = sum(o["backend"] == backend for o in it.get_ops_details()) if d else 0
-print(json.dumps({"import_s": t1 - t0, "start_s": t3 - t1, "prepare_s": t2 - t1, "first_s": t3 - t2,
+print(json.dumps({"import_s": t1 - t0, "start_s": t3 - t1, "start_cpu_s": c3 - c1, "prepare_s": t2 - t1,
+                  "first_s": t3 - t2,
                   "second_s": sorted(later)[2], "paused_s": sorted(paused)[1],
                   "hits": d.cache.hits if d and d.cache else 0, "nodes_on_gpu": on_gpu,
                   "nodes": len(it.get_ops_details())}))
@@ -134,7 +139,8 @@ def main() -> None:
                 r = runs[p]
                 row = {"package": p, "model": name.split("/")[-1], "backend": backend,
                        "gpu": f"{r['cold'][0]['nodes_on_gpu']}/{r['cold'][0]['nodes']}",
-                       "cold_s": median(r["cold"], "start_s"), "dir_s": median(r["dir"], "start_s"),
+                       "cold_s": median(r["cold"], "start_s"), "cold_cpu_s": median(r["cold"], "start_cpu_s"),
+                       "dir_s": median(r["dir"], "start_s"),
                        "warm_s": median(r["warm"], "start_s"), "dir_only_s": median(r["dir_only"], "start_s"),
                        "first_over_second": statistics.median(x["first_s"] / x["second_s"] for x in r["cold"]),
                        "first_over_paused": statistics.median(x["first_s"] / x["paused_s"] for x in r["cold"]),
@@ -143,15 +149,16 @@ def main() -> None:
                 rows.append(row)
                 print({k: v for k, v in row.items() if k != "runs"}, file=sys.stderr, flush=True)
     print(f"medians of {args.repeats} fresh processes per cell; seconds from construction to the first result\n")
-    print("| model | backend | package | GPU nodes | cold | cold + dir | dir / cold | warm | warm, dir only | "
-          "first / next invokes | first / paused invokes | import | load avg |")
-    print("|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("| model | backend | package | GPU nodes | cold | cold CPU | cold + dir | dir / cold | warm | "
+          "warm, dir only | first / next invokes | first / paused invokes | import | load avg |")
+    print("|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 
     def cell(seconds: float | None) -> str:
         return "–" if seconds is None else f"{seconds:.2f}"
 
     for r in rows:
         print(f"| {r['model']} | {r['backend']} | {r['package']} | {r['gpu']} | {r['cold_s']:.2f} | "
+              f"{r['cold_cpu_s']:.2f} | "
               f"{cell(r['dir_s'])} | {cell(r['dir_s'] and r['dir_s'] / r['cold_s'])} | {r['warm_s']:.2f} | "
               f"{cell(r['dir_only_s'])} | "
               f"{r['first_over_second']:.2f} | {r['first_over_paused']:.2f} | {r['import_s']:.2f} | {r['load']:.1f} |")

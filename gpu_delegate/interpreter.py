@@ -14,9 +14,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import numba
 import numpy as np
 
+from .cpu import jit
 from .delegate import SimpleDelegate
 from .dtypes import STRING, as_strings, public_type, zeros
 from .errors import ModelError, ShapeError
@@ -239,7 +239,7 @@ class Interpreter:
             raise RuntimeError("Invoke called on model that is not ready: call allocate_tensors() first")
         with self._lock:
             if self._num_threads:
-                numba.set_num_threads(min(self._num_threads, numba.config.NUMBA_NUM_THREADS))  # type: ignore[attr-defined]  # numba's stubs omit config
+                jit.set_num_threads(self._num_threads)
             sub.invoke(self._run.profiler)
 
     # -- signatures -------------------------------------------------------------------------------------

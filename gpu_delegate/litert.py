@@ -50,7 +50,6 @@ from ctypes import (
     sizeof,
 )
 from dataclasses import dataclass, field
-from importlib import metadata
 from types import FrameType
 from typing import TYPE_CHECKING, Any, cast
 
@@ -350,6 +349,8 @@ def read_params(op: str, address: int | None) -> dict[str, Any]:
 
 def interpreter_version(distribution: str = "ai-edge-litert") -> str | None:
     """The installed version of the package whose interpreter loads the delegate, None if absent."""
+    from importlib import metadata  # here: importing it costs every `import gpu_delegate` ~20 ms
+
     try:
         return metadata.version(distribution)
     except metadata.PackageNotFoundError:

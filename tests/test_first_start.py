@@ -440,3 +440,62 @@ print(json.dumps({{f.py_func.__name__: len(f.signatures) for f in
     compiled = json.loads(result.stdout.splitlines()[-1])
     assert compiled == {"_depthwise_3x3": 1, "_depthwise_rows": 0, "_depthwise_pixels": 1, "_clamp_rows": 1}
     assert_float_close(np.load(tmp_path / "y.npy"), run_litert(content, [x])[0], 1e-5, what="3x3 depthwise on the CPU")
+
+
+# -- numba is imported when a CPU kernel first runs, not with the package ----------------------------------------
+
+def python(script: str, **env: str) -> str:
+    """``script``'s last line of output, run in a fresh process."""
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                            env=dict(os.environ, **env))
+    assert result.returncode == 0, result.stderr
+    return result.stdout.splitlines()[-1]
+
+
+def test_importing_the_package_imports_neither_numba_nor_a_driver():
+    """numba is most of the import time, and a model wholly on the GPU never needs it; the drivers' modules are
+    imported by the backend that uses them."""
+    script = "import sys, gpu_delegate; print([m for m in ('numba', 'pyopencl', 'moderngl') if m in sys.modules])"
+    assert python(script) == "[]"
+
+
+def test_a_model_wholly_on_the_gpu_never_imports_numba(backend, tmp_path):
+    path = tmp_path / "block.tflite"
+    path.write_bytes(BLOCK)
+    np.save(tmp_path / "x.npy", BLOCK_INPUTS[0])
+    script = f"""
+import sys, numpy as np, gpu_delegate as gd
+it = gd.Interpreter(model_path={str(path)!r}, experimental_delegates=[gd.GpuDelegate(backend={backend!r})])
+it.allocate_tensors()
+assert all(op["backend"] == {backend!r} for op in it.get_ops_details()), it.get_ops_details()
+it.set_tensor(it.get_input_details()[0]["index"], np.load({str(tmp_path / "x.npy")!r}))
+it.invoke()
+np.save({str(tmp_path / "y.npy")!r}, it.get_tensor(it.get_output_details()[0]["index"]))
+print("numba" in sys.modules)
+"""
+    assert python(script) == "False"
+    assert_float_close(np.load(tmp_path / "y.npy"), run_litert(BLOCK, BLOCK_INPUTS)[0], 1e-4, what="block on the GPU")
+
+
+def test_the_first_cpu_kernel_imports_numba_with_the_thread_count_asked_for(tmp_path):
+    """The interpreter's num_threads, set before numba was imported, holds once the first kernel imports it; the
+    kernels calling other modules' kernels inside numba (the depthwise's border and clamp helpers) compile."""
+    content = depthwise_3x3_model()
+    path = tmp_path / "dw.tflite"
+    path.write_bytes(content)
+    x = np.random.default_rng(13).standard_normal((1, 9, 8, 6)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    script = f"""
+import sys, numpy as np, gpu_delegate as gd
+it = gd.Interpreter(model_path={str(path)!r}, num_threads=1)
+it.allocate_tensors()
+it.set_tensor(it.get_input_details()[0]["index"], np.load({str(tmp_path / "x.npy")!r}))
+before = "numba" in sys.modules
+it.invoke()
+np.save({str(tmp_path / "y.npy")!r}, it.get_tensor(it.get_output_details()[0]["index"]))
+import numba
+print(before, numba.get_num_threads())
+"""
+    # numba's cache empty: a kernel loaded from it is not typed again, and its callees would not be looked at
+    assert python(script, NUMBA_NUM_THREADS="2", NUMBA_CACHE_DIR=str(tmp_path / "numba")) == "False 1"
+    assert_float_close(np.load(tmp_path / "y.npy"), run_litert(content, [x])[0], 1e-5, what="3x3 depthwise on the CPU")

@@ -29,10 +29,11 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
-import numba
 import numpy as np
 
 from ..graph import ACT_RELU, ACT_RELU6, ACT_RELU_N1_TO_1, PADDING_SAME
+from . import jit
+from .jit import njit
 
 F32_EXACT = 1 << 24  # every integer of magnitude <= 2^24 is a float32
 
@@ -174,7 +175,7 @@ def split_rows(part: Callable[[int, int], object], rows: int, work: int, blas: b
     ``work`` is small), block 0 on the calling thread. ``blas``: the part calls BLAS; when OpenBLAS's
     thread count cannot be set, such work stays in one block and BLAS threads it its own way."""
     openblas, pool = _resources()
-    n = max(1, min(numba.get_num_threads(), rows, work // MIN_WORK))
+    n = max(1, min(jit.get_num_threads(), rows, work // MIN_WORK))
     if (blas and openblas.set is None) or threading.current_thread().name.startswith(_POOL_NAME):
         n = 1  # a part that splits again runs inline: waiting on its own pool could wait forever
     with openblas.serial() if blas else nullcontext():
@@ -197,7 +198,7 @@ def serial_blas() -> AbstractContextManager[None]:
 
 # -- numba kernels (nogil: blocks of rows run on several threads at once) -----------------------------------
 
-@numba.njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def _im2col(x: np.ndarray, c0: int, cg: int, kh: int, kw: int, sh: int, sw: int, dh: int, dw: int, pt: int,
             pl: int, oh: int, ow: int, r0: int, r1: int, pad_value: np.float32, out: np.ndarray) -> None:
     """For output rows r0..r1 (r = b * oh + oy): out[(r - r0) * ow + ox, (ky, kx, c)] =
@@ -227,7 +228,7 @@ def _im2col(x: np.ndarray, c0: int, cg: int, kh: int, kw: int, sh: int, sw: int,
                     col += cg
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def _bias_act(y: np.ndarray, bias: np.ndarray, lo: np.float32, hi: np.float32) -> None:
     """y = clamp(y + bias, lo, hi) in place, y of shape (rows, channels)."""
     rows, ch = y.shape
@@ -256,7 +257,7 @@ def _depthwise(x: np.ndarray, w: np.ndarray, bias: np.ndarray, sh: int, sw: int,
         _clamp_rows(out, lo, hi, r0, r1)
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def _clamp_rows(out: np.ndarray, lo: np.float32, hi: np.float32, r0: int, r1: int) -> None:
     """out[b, oy] = clamp(out[b, oy], lo, hi) for the rows r0..r1 (r = b * oh + oy) of an NHWC array."""
     oh, ow, ch = out.shape[1], out.shape[2], out.shape[3]
@@ -269,7 +270,7 @@ def _clamp_rows(out: np.ndarray, lo: np.float32, hi: np.float32, r0: int, r1: in
                 o[c] = min(max(o[c], lo), hi)
 
 
-@numba.njit(cache=True, nogil=True, fastmath={"contract"})
+@njit(cache=True, nogil=True, fastmath={"contract"})
 def _depthwise_rows(x: np.ndarray, w: np.ndarray, bias: np.ndarray, sh: int, sw: int, dh: int, dw: int, pt: int,
                     pl: int, r0: int, r1: int, out: np.ndarray) -> None:
     """Any filter size: one output row at a time, tap by tap, accumulating in the output row."""
@@ -300,7 +301,7 @@ def _depthwise_rows(x: np.ndarray, w: np.ndarray, bias: np.ndarray, sh: int, sw:
                         ao[c] += xi[c] * wk[c]
 
 
-@numba.njit(cache=True, nogil=True, fastmath={"contract"})
+@njit(cache=True, nogil=True, fastmath={"contract"})
 def _depthwise_3x3(x: np.ndarray, w: np.ndarray, bias: np.ndarray, sh: int, sw: int, dh: int, dw: int, pt: int,
                    pl: int, r0: int, r1: int, out: np.ndarray) -> None:
     """3x3 filters (nearly all of them): pixels whose window lies inside the input sum their nine taps in
@@ -335,7 +336,7 @@ def _depthwise_3x3(x: np.ndarray, w: np.ndarray, bias: np.ndarray, sh: int, sw: 
         _depthwise_pixels(x, w, bias, b, oy, ox_b, ow, sh, sw, dh, dw, pt, pl, acc)
 
 
-@numba.njit(cache=True, nogil=True, fastmath={"contract"})
+@njit(cache=True, nogil=True, fastmath={"contract"})
 def _depthwise_pixels(x: np.ndarray, w: np.ndarray, bias: np.ndarray, b: int, oy: int, ox_lo: int | np.int64,
                       ox_hi: int, sh: int, sw: int, dh: int, dw: int, pt: int, pl: int, acc: np.ndarray) -> None:
     """Output pixels ox_lo..ox_hi of row (b, oy), skipping the taps that fall outside the input."""
@@ -359,7 +360,7 @@ def _depthwise_pixels(x: np.ndarray, w: np.ndarray, bias: np.ndarray, b: int, oy
                     ao[c] += xi[c] * wk[c]
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def _requantize(acc: np.ndarray, corr: np.ndarray, multiplier: np.ndarray, right: np.ndarray, mask: np.ndarray,
                 zero_point: int, qmin: int, qmax: int, out: np.ndarray) -> None:
     """out = clamp(zp + MultiplyByQuantizedMultiplier(acc + corr[c], m[c], shift[c]), qmin, qmax) for an
@@ -384,7 +385,7 @@ def _requantize(acc: np.ndarray, corr: np.ndarray, multiplier: np.ndarray, right
             o[c] = min(max(q + zero_point, qmin), qmax)
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def _requantize_single(acc: np.ndarray, corr: np.ndarray, multiplier: np.ndarray, total: np.ndarray,
                        zero_point: int, qmin: int, qmax: int, out: np.ndarray) -> None:
     """out = clamp(zp + ((acc + corr[c]) * m[c] + 2^(t[c] - 1)) >> t[c], qmin, qmax): TFLite's single-rounding

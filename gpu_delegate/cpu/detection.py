@@ -6,11 +6,12 @@ The candidates sit in a binary max-heap on score that repeats libstdc++'s push_h
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
+from .jit import njit
 
-@numba.njit(cache=True)
+
+@njit(cache=True)
 def _iou(boxes, i, j):
     y1i, y2i = min(boxes[i, 0], boxes[i, 2]), max(boxes[i, 0], boxes[i, 2])
     x1i, x2i = min(boxes[i, 1], boxes[i, 3]), max(boxes[i, 1], boxes[i, 3])
@@ -28,7 +29,7 @@ def _iou(boxes, i, j):
     return np.float32(inter / union)
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def _push(heap_idx, heap_score, heap_begin, n, idx, score, begin):
     """libstdc++ __push_heap: sift the new last element up while its parent is smaller."""
     hole = n
@@ -40,7 +41,7 @@ def _push(heap_idx, heap_score, heap_begin, n, idx, score, begin):
     heap_idx[hole], heap_score[hole], heap_begin[hole] = idx, score, begin
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def _pop(heap_idx, heap_score, heap_begin, n):
     """libstdc++ pop_heap over n elements: the top leaves, the last one fills the hole (__adjust_heap)."""
     top = (heap_idx[0], heap_score[0], heap_begin[0])
@@ -69,7 +70,7 @@ def _pop(heap_idx, heap_score, heap_begin, n):
     return top
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def _nms(boxes, scores, max_output, iou_threshold, score_threshold, sigma, selected, selected_scores):
     n = scores.size
     heap_idx = np.empty(n, np.int64)

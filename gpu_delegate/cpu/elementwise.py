@@ -9,11 +9,11 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-import numba
 import numpy as np
 from numpy.typing import ArrayLike
 
 from ..graph import ACT_RELU, ACT_RELU6, ACT_RELU_N1_TO_1
+from .jit import njit
 from .normalization import inv_sqrt_multiplier
 from .quant import INT32_MAX, INT32_MIN, dtype_range, multiply_by_quantized_multiplier, quantize_multiplier
 
@@ -21,7 +21,7 @@ from .quant import INT32_MAX, INT32_MIN, dtype_range, multiply_by_quantized_mult
 
 # Serial on purpose, like requantize: ~1 ns an element, while a numba parallel region (OpenMP layer) was
 # seen to cost 8 ms when other processes kept both cores busy (int8 MobileNetV2's ADDs: 190 ms an invoke).
-@numba.njit(cache=True)
+@njit(cache=True)
 def _rescale(x: np.ndarray, multiplier: int, shift: int, offset: int, lo: int, hi: int, out: np.ndarray) -> None:
     for i in range(x.size):
         v = multiply_by_quantized_multiplier(x[i], multiplier, shift) + offset
@@ -236,7 +236,7 @@ def hard_swish(x: np.ndarray) -> np.ndarray:
     return (x * np.clip(x + 3, 0, 6) / 6).astype(x.dtype)
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def _gelu_exact(x: np.ndarray, out: np.ndarray) -> None:
     for i in range(x.size):
         v = np.float64(x[i])

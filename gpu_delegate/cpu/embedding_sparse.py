@@ -5,13 +5,14 @@ bucket met twice is finalized twice, as in TFLite."""
 
 from __future__ import annotations
 
-import numba
 import numpy as np
+
+from .jit import njit
 
 SUM, MEAN, SQRTN = 0, 1, 2
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def _finalize(combiner, count, total, squares, row):
     if combiner != SUM and count > 0:
         divisor = total if combiner == MEAN else np.float32(np.sqrt(squares))
@@ -19,7 +20,7 @@ def _finalize(combiner, count, total, squares, row):
             row[k] = row[k] / divisor
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def lookup_sparse(ids, buckets, weights, table, combiner, out):
     """ids [N], buckets [N] (flat output row of each entry), weights [N] float32, table [vocab, size] float32,
     out [rows, size] zeroed."""

@@ -8,16 +8,17 @@ point — the product with the int8 weights is accumulated in int32, and the flo
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
+from .jit import njit
 
-@numba.njit(cache=True)
+
+@njit(cache=True)
 def _round_half_away(v):
     return np.floor(v + 0.5) if v >= 0 else -np.floor(-v + 0.5)
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def _quantize_rows_symmetric(x, q, scales):
     for b in range(x.shape[0]):
         lo, hi = np.float32(0.0), np.float32(0.0)
@@ -35,7 +36,7 @@ def _quantize_rows_symmetric(x, q, scales):
             q[b, i] = min(127, max(-127, v))
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def _quantize_rows_asymmetric(x, q, scales, zero_points):
     for b in range(x.shape[0]):
         rmin = min(0.0, np.float64(x[b].min())) if x.shape[1] else 0.0

@@ -8,13 +8,14 @@ Matrices are 4x4, row-major, applied to column vectors (x, y, 0, 1); only their 
 
 from __future__ import annotations
 
-import numba
 import numpy as np
+
+from .jit import njit
 
 f32 = np.float32
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def max_pool_argmax(x: np.ndarray, kh: int, kw: int, sh: int, sw: int, pt: int, pl: int, oh: int, ow: int,
                     lo: float, hi: float) -> tuple[np.ndarray, np.ndarray]:
     """(max over the window's pixels inside x, clamped to [lo, hi]; the maximum's place in its window as
@@ -43,7 +44,7 @@ def max_pool_argmax(x: np.ndarray, kh: int, kw: int, sh: int, sw: int, pt: int, 
     return out, idx
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def max_unpool(x: np.ndarray, indices: np.ndarray, kh: int, kw: int, sh: int, sw: int, pt: int, pl: int,
                oh: int, ow: int) -> np.ndarray:
     """Each input value written at its window place (indices truncated to int, ky * kw + kx), zero elsewhere;

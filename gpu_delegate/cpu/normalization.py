@@ -8,9 +8,9 @@ scale of 1/128.
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
+from .jit import njit
 from .quant import (
     INT32_MAX,
     INT32_MIN,
@@ -20,7 +20,7 @@ from .quant import (
 )
 
 
-@numba.njit(cache=True, inline="always")
+@njit(cache=True, inline="always")
 def _saturating_shift_left(x: int, exponent: int) -> int:
     """gemmlowp's SaturatingRoundingMultiplyByPOT for a positive exponent on int32."""
     threshold = (1 << (31 - exponent)) - 1
@@ -31,12 +31,12 @@ def _saturating_shift_left(x: int, exponent: int) -> int:
     return x << exponent
 
 
-@numba.njit(cache=True, inline="always")
+@njit(cache=True, inline="always")
 def _wrap32(x: int) -> int:
     return ((x + (1 << 31)) & 0xFFFFFFFF) - (1 << 31)
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def inv_sqrt_multiplier(x: int) -> tuple[int, int]:
     """(multiplier, shift) with 1/sqrt(x) ~ multiplier * 2^(shift - 31), shift <= 0: TFLite's
     GetInvSqrtQuantizedMultiplierExp with reverse_shift -1."""
@@ -67,7 +67,7 @@ def inv_sqrt_multiplier(x: int) -> tuple[int, int]:
     return y, -shift
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def l2_normalize_float(x: np.ndarray, epsilon: np.float32, out: np.ndarray) -> None:
     rows, depth = x.shape
     for r in range(rows):
@@ -79,7 +79,7 @@ def l2_normalize_float(x: np.ndarray, epsilon: np.float32, out: np.ndarray) -> N
             out[r, c] = x[r, c] / norm
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def l2_normalize_quantized(x: np.ndarray, zero_point: int, unsigned: bool, out: np.ndarray) -> None:
     """int8: out = MBQM(x - zp, inv_sqrt, shift + 7); uint8: out = 128 + MBQM(128 * (x - zp), inv_sqrt,
     shift). Both land on the output grid of scale 1/128 and are clamped to the type's range."""
@@ -100,7 +100,7 @@ def l2_normalize_quantized(x: np.ndarray, zero_point: int, unsigned: bool, out: 
                 out[r, c] = min(max(v, -128), 127)
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def local_response_normalize(x: np.ndarray, radius: int, bias: np.float32, alpha: np.float32,
                              beta: np.float32, out: np.ndarray) -> None:
     """TFLite's optimized kernel (its default): the window [c - radius, c + radius], summed as a running

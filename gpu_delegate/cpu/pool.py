@@ -6,15 +6,15 @@ sums too (at most 255 * window size), so the integer ops only add TFLite's round
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
 from .conv import Window, shifted_f32, split_rows
+from .jit import njit
 
 MAX, AVERAGE, SUM = 0, 1, 2
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def _pool(x: np.ndarray, kh: int, kw: int, sh: int, sw: int, pt: int, pl: int, mode: int, lo: np.float32,
           hi: np.float32, r0: int, r1: int, out: np.ndarray) -> None:
     """Max, average or sum over the window's pixels that lie inside the input (TFLite counts only those),

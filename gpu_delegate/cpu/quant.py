@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import math
 
-import numba
 import numpy as np
 from numpy.typing import ArrayLike
+
+from .jit import njit
 
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 
@@ -38,7 +39,7 @@ def quantize_multipliers(reals: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.array([p[0] for p in pairs], np.int64), np.array([p[1] for p in pairs], np.int64)
 
 
-@numba.njit(cache=True, inline="always")
+@njit(cache=True, inline="always")
 def saturating_rounding_doubling_high_mul(a: Int64, b: Int64) -> Int64:
     if a == INT32_MIN and b == INT32_MIN:
         return INT32_MAX
@@ -49,7 +50,7 @@ def saturating_rounding_doubling_high_mul(a: Int64, b: Int64) -> Int64:
     return -q if num < 0 else q
 
 
-@numba.njit(cache=True, inline="always")
+@njit(cache=True, inline="always")
 def rounding_divide_by_pot(x: Int64, exponent: Int64) -> Int64:
     mask = np.int64((1 << exponent) - 1)
     remainder = x & mask
@@ -57,14 +58,14 @@ def rounding_divide_by_pot(x: Int64, exponent: Int64) -> Int64:
     return (x >> exponent) + (1 if remainder > threshold else 0)
 
 
-@numba.njit(cache=True, inline="always")
+@njit(cache=True, inline="always")
 def multiply_by_quantized_multiplier(x: Int64, multiplier: Int64, shift: Int64) -> Int64:
     left = max(0, shift)
     right = 0 if shift > 0 else -shift
     return rounding_divide_by_pot(saturating_rounding_doubling_high_mul(x * (1 << left), multiplier), right)
 
 
-@numba.njit(cache=True)  # serial: see elementwise._rescale
+@njit(cache=True)  # serial: see elementwise._rescale
 def requantize(acc: np.ndarray, multiplier: np.ndarray, shift: np.ndarray, zero_point: int,
                qmin: int, qmax: int, out: np.ndarray) -> None:
     """out[..., c] = clamp(zp + MBQM(acc[..., c], multiplier[c], shift[c])); acc is (rows, channels) int64."""
@@ -121,7 +122,7 @@ def quantize(x: np.ndarray, scale: ArrayLike, zero_point: ArrayLike, dtype: np.d
     return np.clip(v + zero_point, qmin, qmax).astype(dtype)
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def _quantize_flat(x: np.ndarray, scale: np.float32, zero_point: int, qmin: int, qmax: int, out: np.ndarray) -> None:
     for i in range(x.size):
         e = x[i] / scale  # float32, as numpy's path above
@@ -148,7 +149,7 @@ def dequantize(q: np.ndarray, scale: ArrayLike, zero_point: ArrayLike, axis: int
     return ((q.astype(np.int64) - zero_point) * scale.astype(np.float64)).astype(np.float32)
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def _dequantize_flat(q: np.ndarray, scale: np.float64, zero_point: int, out: np.ndarray) -> None:
     for i in range(q.size):
         out[i] = np.float32((np.int64(q[i]) - zero_point) * scale)  # int64, then float64, as numpy's path

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import math
 
-import numba
 import numpy as np
+
+from .jit import njit
 
 _MASK = 0xFFFFFFFF
 
@@ -34,7 +35,7 @@ class Philox:
         self.counter[:] = [(value >> (32 * i)) & _MASK for i in range(4)]
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def _philox(key, counter, n, out):
     mask = np.uint64(_MASK)
     for b in range(n):
@@ -106,12 +107,12 @@ def multinomial(rng: Philox, logits: np.ndarray, num_samples: int) -> np.ndarray
 
 # -- STABLEHLO_RNG_BIT_GENERATOR (TFLite's rng_util: a 64-bit counter in the first two counter words) ----------
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def _rotl(v, r):
     return ((v << np.uint64(r)) | (v >> np.uint64(32 - r))) & np.uint64(_MASK)
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def _bit_stream(algorithm, key0, key1, ctr, n_words, out):
     """n_words uint32 into out; ctr (uint64 holding uint32 words) steps in place. algorithm 2: Threefry2x32 (20
     rounds), else Philox4x32-10."""

@@ -3,10 +3,10 @@ with TFLite's float lookup table, and the float softmax / cumsum / top-k formula
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
 from .elementwise import f32, rescale
+from .jit import njit
 from .quant import dtype_range, quantize_multiplier
 
 
@@ -46,7 +46,7 @@ def sum_q(x: np.ndarray, axes: tuple[int, ...], keep: bool, qi: tuple[float, int
     return _sum_rescale(x, axes, keep, qi, qo, mean=False)
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def _softmax_lut(x: np.ndarray, table: np.ndarray, out_scale: np.float32, zero_point: int, lo: int, hi: int,
                  half_up: bool, out: np.ndarray) -> None:
     rows, n = x.shape

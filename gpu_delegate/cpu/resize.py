@@ -10,8 +10,9 @@ serves int8 and int16.
 
 from __future__ import annotations
 
-import numba
 import numpy as np
+
+from .jit import njit, prange
 
 
 def _scale(in_size: int, out_size: int, align_corners: bool) -> np.float32:
@@ -52,13 +53,13 @@ def bilinear_coords_fixed(in_size: int, out_size: int, align_corners: bool,
     return lo, hi, pos - (lo << 10)
 
 
-@numba.njit(cache=True, parallel=True)
+@njit(cache=True, parallel=True)
 def _bilinear_float(x: np.ndarray, y0: np.ndarray, y1: np.ndarray, wy: np.ndarray, x0: np.ndarray, x1: np.ndarray,
                     wx: np.ndarray, out: np.ndarray) -> None:
     batches, _, _, channels = x.shape
     out_h, out_w = y0.size, x0.size
     one = np.float32(1.0)
-    for r in numba.prange(batches * out_h):
+    for r in prange(batches * out_h):
         b, oy = r // out_h, r % out_h
         ya, yb, dy = y0[oy], y1[oy], wy[oy]
         for ox in range(out_w):
@@ -72,14 +73,14 @@ def _bilinear_float(x: np.ndarray, y0: np.ndarray, y1: np.ndarray, wy: np.ndarra
                                      + x[b, ya, xb, c] * w01 + x[b, yb, xb, c] * w11)
 
 
-@numba.njit(cache=True, parallel=True)
+@njit(cache=True, parallel=True)
 def _bilinear_fixed(x: np.ndarray, y0: np.ndarray, y1: np.ndarray, wy: np.ndarray, x0: np.ndarray, x1: np.ndarray,
                     wx: np.ndarray, out: np.ndarray) -> None:
     batches, _, _, channels = x.shape
     out_h, out_w = y0.size, x0.size
     one = np.int64(1 << 10)
     half = np.int64(1 << 19)
-    for r in numba.prange(batches * out_h):
+    for r in prange(batches * out_h):
         b, oy = r // out_h, r % out_h
         ya, yb, dy = y0[oy], y1[oy], wy[oy]
         for ox in range(out_w):

@@ -7,8 +7,9 @@ see the earlier updates, as in LiteRT's loop.
 
 from __future__ import annotations
 
-import numba
 import numpy as np
+
+from .jit import njit
 
 UPDATE, ADD, MULTIPLY, MAXIMUM, MINIMUM = 0, 1, 2, 3, 4
 
@@ -33,7 +34,7 @@ def targets(operand_shape: tuple[int, ...], indices: np.ndarray, updates_shape: 
     return np.asarray(where, np.int64), np.flatnonzero(inside)
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def _combine(out: np.ndarray, where: np.ndarray, values: np.ndarray, computation: int) -> None:
     for k in range(where.size):
         t = where[k]
