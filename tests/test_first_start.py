@@ -16,6 +16,7 @@ import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import numpy as np
 import pyopencl as cl
@@ -413,15 +414,21 @@ def depthwise_3x3_model() -> bytes:
     return mb.build()
 
 
+def depthwise_files(tmp_path, seed: int) -> tuple[bytes, Path, np.ndarray]:
+    """The 3x3 depthwise model written to dw.tflite and an input saved as x.npy, for a fresh process to read."""
+    content = depthwise_3x3_model()
+    path = tmp_path / "dw.tflite"
+    path.write_bytes(content)
+    x = np.random.default_rng(seed).standard_normal((1, 9, 8, 6)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    return content, path, x
+
+
 def test_a_3x3_depthwise_compiles_only_its_kernel(tmp_path):
     """A first start on the CPU path after install compiles every numba kernel it reaches: the depthwise kernel
     for any filter size was compiled with the 3x3 one that MobileNets use (2.1 s together), and the border
     helper twice (a literal argument). A fresh process running 3x3 filters compiles neither extra."""
-    content = depthwise_3x3_model()
-    path = tmp_path / "dw.tflite"
-    path.write_bytes(content)
-    x = np.random.default_rng(12).standard_normal((1, 9, 8, 6)).astype(np.float32)
-    np.save(tmp_path / "x.npy", x)
+    content, path, x = depthwise_files(tmp_path, seed=12)
     script = f"""
 import json, numpy as np, gpu_delegate as gd
 from gpu_delegate.cpu import conv
@@ -480,11 +487,7 @@ print("numba" in sys.modules)
 def test_the_first_cpu_kernel_imports_numba_with_the_thread_count_asked_for(tmp_path):
     """The interpreter's num_threads, set before numba was imported, holds once the first kernel imports it; the
     kernels calling other modules' kernels inside numba (the depthwise's border and clamp helpers) compile."""
-    content = depthwise_3x3_model()
-    path = tmp_path / "dw.tflite"
-    path.write_bytes(content)
-    x = np.random.default_rng(13).standard_normal((1, 9, 8, 6)).astype(np.float32)
-    np.save(tmp_path / "x.npy", x)
+    content, path, x = depthwise_files(tmp_path, seed=13)
     script = f"""
 import sys, numpy as np, gpu_delegate as gd
 it = gd.Interpreter(model_path={str(path)!r}, num_threads=1)
