@@ -10,7 +10,9 @@ model's kind:
 - float outputs of dynamic-range and int8 networks: <= 2e-2 * (1 + max|LiteRT|) (LiteRT quantizes activations on
   the fly, we stay in float; int8 steps one apart move float outputs by a step's worth);
 - int8/uint8 outputs: within 3 steps of LiteRT's default kernels, and on the CPU path bit-exact with LiteRT's
-  reference kernels (BUILTIN_REF) where those run.
+  reference kernels (BUILTIN_REF) where those run and compute the model's ops as TFLite means them (their int8 SUM
+  reads the codes as uint8: a model with one is judged against LiteRT's builtin kernels, as where BUILTIN_REF
+  refuses a model).
 
 A model with an open batch is also run at batch 2 (our CPU path against LiteRT at batch 2), and its GPU share is
 compared with its batch-1 twin's. Exit status 1 when any cell fails.
