@@ -10,7 +10,9 @@ model's kind:
 - float outputs of dynamic-range and int8 networks: <= 2e-2 * (1 + max|LiteRT|) (LiteRT quantizes activations on
   the fly, we stay in float; int8 steps one apart move float outputs by a step's worth);
 - int8/uint8 outputs: within 3 steps of LiteRT's default kernels, and on the CPU path bit-exact with LiteRT's
-  reference kernels (BUILTIN_REF) where those run.
+  reference kernels (BUILTIN_REF) where those run and compute the model's ops as TFLite means them (their int8 SUM
+  reads the codes as uint8: a model with one is judged against LiteRT's builtin kernels, as where BUILTIN_REF
+  refuses a model).
 
 A model with an open batch is also run at batch 2 (our CPU path against LiteRT at batch 2), and its GPU share is
 compared with its batch-1 twin's. Exit status 1 when any cell fails.
@@ -155,6 +157,8 @@ class References:
 
     @property
     def reference(self) -> list[np.ndarray] | None:
+        if self._reference is False and reference_kernel_bug(self.content):
+            self._reference = None
         if self._reference is False:
             try:
                 self._reference = litert_outputs(self.content, self.inputs, reference_kernels=True)
@@ -189,6 +193,19 @@ class References:
             patched = dequantized_weights_in(twin.read_bytes(), self.content) if twin.exists() else None
             self._dequantized_twin = litert_outputs(patched, self.inputs) if patched is not None else None
         return self._dequantized_twin  # type: ignore[return-value]
+
+
+def reference_kernel_bug(content: bytes) -> str | None:
+    """Why LiteRT's reference kernels (BUILTIN_REF) are no judge of this model, or None. Their int8 SUM reads the
+    codes as uint8 (tests/test_ops_reduce.py::test_sum_uint8_and_int8), 149 steps off on a masked mean; such a
+    model is judged against LiteRT's optimized builtin kernels instead, as where BUILTIN_REF refuses a model."""
+    from gpu_delegate.tflite.reader import read_model
+
+    for graph in read_model(content).subgraphs:
+        for node in graph.nodes:
+            if node.op == "SUM" and graph.tensors[node.inputs[0]].dtype == np.int8:
+                return f"{node}: LiteRT's reference int8 SUM reads the codes as uint8"
+    return None
 
 
 def dequantized_weights_in(float_model: bytes, dynamic_range_model: bytes) -> bytes | None:

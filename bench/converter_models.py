@@ -229,16 +229,274 @@ def multi_io(keras, size: str, batch):
     return keras.Model([img, vec], [scores, value, fmap], name="multi_io")
 
 
+def mobilenet_v1(keras, size: str, batch):
+    """keras.applications MobileNet: depthwise/pointwise pairs with ReLU6, ZeroPadding2D before strided convs."""
+    if size == "full":
+        return keras.applications.MobileNet(input_tensor=keras.Input((160, 160, 3), batch_size=batch),
+                                            weights=None)
+    return keras.applications.MobileNet(input_tensor=keras.Input((32, 32, 3), batch_size=batch), alpha=0.25,
+                                        weights=None, classes=10)
+
+
+def mobilenet_v2(keras, size: str, batch):
+    """keras.applications MobileNetV2: inverted residuals, ZeroPadding2D, ReLU6, residual Add."""
+    if size == "full":
+        return keras.applications.MobileNetV2(input_tensor=keras.Input((160, 160, 3), batch_size=batch),
+                                              weights=None)
+    return keras.applications.MobileNetV2(input_tensor=keras.Input((32, 32, 3), batch_size=batch), alpha=0.35,
+                                          weights=None, classes=10)
+
+
+def convnext_tiny(keras, size: str, batch):
+    """ConvNeXt: 4x4 patchify stem, 7x7 depthwise convs, LayerNormalization over channels, GELU, layer scale.
+
+    The layer scale starts at 0.5 rather than Keras's 1e-6, which would leave every block an identity and hide
+    the block's ops from the comparison."""
+    from keras.src.applications.convnext import ConvNeXt
+
+    if size == "full":
+        return ConvNeXt([3, 3, 9, 3], [96, 192, 384, 768], layer_scale_init_value=0.5, default_size=224,
+                        input_tensor=keras.Input((128, 128, 3), batch_size=batch), name="convnext_tiny")
+    return ConvNeXt([1, 1, 2, 1], [8, 16, 24, 32], layer_scale_init_value=0.5, default_size=32,
+                    input_tensor=keras.Input((32, 32, 3), batch_size=batch), classes=10, name="convnext_small")
+
+
+def xception_like(keras, size: str, batch):
+    """Xception's entry and middle flow: SeparableConv2D, strided 1x1 shortcuts with BatchNormalization,
+    3x3/2 max pooling, residual Add."""
+    side, w = (32, 8) if size == "small" else (149, 32)
+    L = keras.layers
+    inp = keras.Input((side, side, 3), batch_size=batch)
+    x = L.Activation("relu")(L.BatchNormalization()(L.Conv2D(w, 3, strides=2, use_bias=False)(inp)))
+    for filters in (2 * w, 4 * w):
+        shortcut = L.BatchNormalization()(L.Conv2D(filters, 1, strides=2, padding="same", use_bias=False)(x))
+        x = L.BatchNormalization()(L.SeparableConv2D(filters, 3, padding="same", use_bias=False)(x))
+        x = L.Activation("relu")(x)
+        x = L.BatchNormalization()(L.SeparableConv2D(filters, 3, padding="same", use_bias=False)(x))
+        x = L.Add()([L.MaxPooling2D(3, strides=2, padding="same")(x), shortcut])
+    residual = x
+    for _ in range(3):
+        x = L.BatchNormalization()(L.SeparableConv2D(4 * w, 3, padding="same", use_bias=False)(L.ReLU()(x)))
+    x = L.GlobalAveragePooling2D()(L.Add()([x, residual]))
+    return keras.Model(inp, L.Dense(10, activation="softmax")(x), name="xception_like")
+
+
+def inception_like(keras, size: str, batch):
+    """InceptionV3's blocks: four-branch concatenations, asymmetric 1x7/7x1 and 1x3/3x1 convs, 3x3 average
+    pooling with stride 1, valid-padded strided reductions."""
+    side, w = (35, 8) if size == "small" else (147, 32)
+    L = keras.layers
+
+    def conv(x, filters, kh, kw, strides=1, padding="same"):
+        x = L.Conv2D(filters, (kh, kw), strides=strides, padding=padding, use_bias=False)(x)
+        return L.Activation("relu")(L.BatchNormalization(scale=False)(x))
+
+    inp = keras.Input((side, side, 3), batch_size=batch)
+    x = conv(inp, w, 3, 3)
+    x = L.Concatenate()([conv(x, w, 1, 1), conv(conv(x, w, 1, 1), w, 5, 5),
+                         conv(conv(conv(x, w, 1, 1), w, 3, 3), w, 3, 3),
+                         conv(L.AveragePooling2D(3, strides=1, padding="same")(x), w // 2, 1, 1)])
+    x = L.Concatenate()([conv(x, 2 * w, 3, 3, 2, "valid"), conv(conv(x, w, 1, 1), w, 3, 3, 2, "valid"),
+                         L.MaxPooling2D(3, strides=2)(x)])
+    b7 = conv(conv(conv(x, w, 1, 1), w, 1, 7), w, 7, 1)
+    b7dbl = conv(conv(conv(conv(x, w, 1, 1), w, 7, 1), w, 1, 7), w, 7, 1)
+    x = L.Concatenate()([conv(x, w, 1, 1), b7, b7dbl,
+                         conv(L.AveragePooling2D(3, strides=1, padding="same")(x), w, 1, 1)])
+    b3 = conv(x, w, 1, 1)
+    x = L.Concatenate()([conv(b3, w, 1, 3), conv(b3, w, 3, 1)])
+    x = L.GlobalAveragePooling2D()(x)
+    return keras.Model(inp, L.Dense(10, activation="softmax")(x), name="inception_like")
+
+
+def se_resnet(keras, size: str, batch):
+    """Residual blocks with squeeze-and-excitation: global pooling, Dense ReLU/sigmoid, Reshape, Multiply, and a
+    strided projection shortcut."""
+    side, w = (32, 8) if size == "small" else (128, 32)
+    L = keras.layers
+    inp = keras.Input((side, side, 3), batch_size=batch)
+    x = L.ReLU()(L.BatchNormalization()(L.Conv2D(w, 3, padding="same")(inp)))
+    for filters, stride in ((w, 1), (2 * w, 2)):
+        y = L.ReLU()(L.BatchNormalization()(L.Conv2D(filters, 3, strides=stride, padding="same")(x)))
+        y = L.BatchNormalization()(L.Conv2D(filters, 3, padding="same")(y))
+        s = L.GlobalAveragePooling2D()(y)
+        s = L.Dense(filters // 4, activation="relu")(s)
+        s = L.Reshape((1, 1, filters))(L.Dense(filters, activation="sigmoid")(s))
+        y = L.Multiply()([y, s])
+        if stride != 1 or filters != x.shape[-1]:
+            x = L.BatchNormalization()(L.Conv2D(filters, 1, strides=stride)(x))
+        x = L.ReLU()(L.Add()([x, y]))
+    x = L.GlobalAveragePooling2D()(x)
+    return keras.Model(inp, L.Dense(10, activation="softmax")(x), name="se_resnet")
+
+
+def text_transformer(keras, size: str, batch):
+    """A text encoder: token Embedding with mask_zero, learned positions added, MultiHeadAttention under the
+    padding mask, LayerNormalization, a GELU feed-forward, masked mean over tokens."""
+    seq, vocab, dim = (12, 100, 16) if size == "small" else (128, 8000, 128)
+    L = keras.layers
+    ops = keras.ops
+
+    class AddPositions(L.Layer):
+        def build(self, input_shape):
+            self.positions = self.add_weight(shape=(seq, dim), initializer="random_normal")
+
+        def call(self, x):
+            return x + self.positions
+
+    tokens = keras.Input((seq,), batch_size=batch, dtype="int32")
+    mask = L.Lambda(lambda t: ops.cast(ops.not_equal(t, 0), "float32"))(tokens)
+    x = AddPositions()(L.Embedding(vocab, dim)(tokens))
+    attention_mask = L.Lambda(lambda m: ops.cast(m[:, :, None] * m[:, None, :], "bool"))(mask)
+    for _ in range(2):
+        h = L.MultiHeadAttention(num_heads=2, key_dim=dim // 2)(x, x, attention_mask=attention_mask)
+        x = L.LayerNormalization(epsilon=1e-6)(L.Add()([x, h]))
+        h = L.Dense(dim, activation="relu")(L.Dense(2 * dim, activation="gelu")(x))
+        x = L.LayerNormalization(epsilon=1e-6)(L.Add()([x, h]))
+    pooled = L.Lambda(lambda a: ops.sum(a[0] * a[1][:, :, None], axis=1) / (ops.sum(a[1], axis=1,
+                                                                                      keepdims=True) + 1.0))(
+        [x, mask])
+    return keras.Model(tokens, L.Dense(4, activation="softmax")(pooled), name="text_transformer")
+
+
+def tcn(keras, size: str, batch):
+    """A temporal convolutional network: causal Conv1D with dilations 1, 2, 4, 8 and residual connections."""
+    n, w = (64, 8) if size == "small" else (1024, 32)
+    L = keras.layers
+    inp = keras.Input((n, 2), batch_size=batch)
+    x = L.Conv1D(w, 1)(inp)
+    for dilation in (1, 2, 4, 8):
+        y = L.Conv1D(w, 3, padding="causal", dilation_rate=dilation, activation="relu")(x)
+        y = L.Conv1D(w, 3, padding="causal", dilation_rate=dilation)(y)
+        x = L.ReLU()(L.Add()([x, y]))
+    return keras.Model(inp, L.Dense(3)(L.Lambda(lambda t: t[:, -1, :])(x)), name="tcn")
+
+
+def rnn_keras3(keras, size: str, batch):
+    """A unidirectional LSTM then GRU (unroll=False) on a float sequence in Keras 3: WHILE loops."""
+    seq, units = (10, 8) if size == "small" else (50, 64)
+    L = keras.layers
+    inp = keras.Input((seq, 5), batch_size=batch)
+    x = L.LSTM(units, return_sequences=True)(inp)
+    x = L.GRU(units)(x)
+    return keras.Model(inp, L.Dense(3)(x), name="rnn_keras3")
+
+
+def gru_tf_keras(keras, size: str, batch):
+    """tf_keras GRU and SimpleRNN (not fused by the converter, unlike its LSTM)."""
+    import tf_keras
+
+    seq, units = (10, 8) if size == "small" else (50, 64)
+    L = tf_keras.layers
+    inp = tf_keras.Input((seq, 5), batch_size=batch)
+    x = L.GRU(units, return_sequences=True)(inp)
+    x = L.SimpleRNN(units)(x)
+    return tf_keras.Model(inp, L.Dense(3)(x), name="gru_tf_keras")
+
+
+def image_ops(keras, size: str, batch):
+    """tf.image.resize (bilinear with align_corners, bilinear with half-pixel centres, nearest),
+    space_to_depth/depth_to_space, and top_k and argmax heads beside the softmax."""
+    tf = _tf()
+    side, w = (16, 8) if size == "small" else (96, 32)
+    L = keras.layers
+    inp = keras.Input((side, side, 3), batch_size=batch)
+    x = L.Conv2D(w, 3, padding="same", activation="relu")(inp)
+    x = L.Lambda(lambda t: tf.nn.space_to_depth(t, 2))(x)
+    x = L.Conv2D(4 * w, 1, activation="relu")(x)
+    x = L.Lambda(lambda t: tf.nn.depth_to_space(t, 2))(x)
+    x = L.Lambda(lambda t: tf.compat.v1.image.resize_bilinear(t, (side + 7, side + 7), align_corners=True))(x)
+    x = L.Conv2D(w, 3, padding="same", activation="relu")(x)
+    x = L.Lambda(lambda t: tf.image.resize(t, (side // 2 + 3, side // 2 + 3), method="bilinear"))(x)
+    x = L.Lambda(lambda t: tf.image.resize(t, (side, side), method="nearest"))(x)
+    logits = L.Dense(10)(L.GlobalAveragePooling2D()(L.Conv2D(w, 3, padding="same")(x)))
+    probs = L.Softmax()(logits)
+    top = L.Lambda(lambda t: tf.math.top_k(t, k=3))(logits)
+    best = L.Lambda(lambda t: tf.math.argmax(t, axis=-1, output_type=tf.int32))(logits)
+    return keras.Model(inp, [probs, top[0], top[1], best], name="image_ops")
+
+
+def gather_where(keras, size: str, batch):
+    """tf.where as a select and as coordinates, tf.gather along an axis, tf.gather_nd, a cumulative sum."""
+    tf = _tf()
+    n, w = (16, 8) if size == "small" else (256, 64)
+    L = keras.layers
+    inp = keras.Input((n, w), batch_size=batch)
+    x = L.Dense(w)(inp)
+    x = L.Lambda(lambda t: tf.where(t > 0, t, 0.1 * t))(x)
+    picked = L.Lambda(lambda t: tf.gather(t, [3, 1, n - 1, 0, 3], axis=1))(x)
+    corners = L.Lambda(lambda t: tf.transpose(tf.gather_nd(tf.transpose(t, [1, 2, 0]),
+                                                           [[0, 0], [n - 1, w - 1], [n // 2, 1]]), [1, 0]))(x)
+    positive = L.Lambda(lambda t: tf.reshape(tf.reduce_sum(tf.gather_nd(t, tf.where(t > 0.5))), [1]))(x)
+    running = L.Lambda(lambda t: tf.math.cumsum(t, axis=1))(picked)
+    return keras.Model(inp, [L.Dense(4)(L.Flatten()(running)), corners, positive], name="gather_where")
+
+
+def spectrogram(keras, size: str, batch):
+    """tf.signal.stft (framing, a Hann window, RFFT) and its magnitude, log-compressed, then a small conv net."""
+    tf = _tf()
+    n, frame = (512, 64) if size == "small" else (16000, 512)
+    L = keras.layers
+    inp = keras.Input((n,), batch_size=batch)
+    x = L.Lambda(lambda t: tf.math.log(tf.abs(tf.signal.stft(t, frame, frame // 2)) + 1e-3))(inp)
+    x = L.Conv2D(8, 3, activation="relu")(L.Reshape((-1, frame // 2 + 1, 1))(x))
+    return keras.Model(inp, L.Dense(5)(L.GlobalAveragePooling2D()(x)), name="spectrogram")
+
+
+def conv3d_net(keras, size: str, batch):
+    """A video-style net: Conv3D with strides, BatchNormalization, ReLU, global pooling."""
+    frames, side, w = (4, 12, 4) if size == "small" else (16, 64, 16)
+    L = keras.layers
+    inp = keras.Input((frames, side, side, 3), batch_size=batch)
+    x = L.ReLU()(L.BatchNormalization()(L.Conv3D(w, 3, padding="same")(inp)))
+    x = L.ReLU()(L.BatchNormalization()(L.Conv3D(2 * w, 3, strides=(1, 2, 2), padding="same")(x)))
+    x = L.Conv3D(2 * w, (1, 3, 3), padding="valid", activation="relu")(x)
+    return keras.Model(inp, L.Dense(4)(L.GlobalAveragePooling3D()(x)), name="conv3d_net")
+
+
+def gan_generator(keras, size: str, batch):
+    """A DCGAN generator: Dense, Reshape, strided Conv2DTranspose with BatchNormalization and LeakyReLU, tanh."""
+    start, w = (4, 16) if size == "small" else (8, 128)
+    L = keras.layers
+    inp = keras.Input((16,), batch_size=batch)
+    x = L.Reshape((start, start, 2 * w))(L.Dense(start * start * 2 * w, use_bias=False)(inp))
+    x = L.LeakyReLU(0.2)(L.BatchNormalization()(x))
+    x = L.LeakyReLU(0.2)(L.BatchNormalization()(L.Conv2DTranspose(w, 4, strides=2, padding="same",
+                                                                  use_bias=False)(x)))
+    x = L.ReLU()(L.BatchNormalization()(L.Conv2DTranspose(w // 2, 5, strides=2, padding="same")(x)))
+    return keras.Model(inp, L.Conv2DTranspose(3, 3, strides=1, padding="same", activation="tanh")(x),
+                       name="gan_generator")
+
+
+def autoencoder(keras, size: str, batch):
+    """A convolutional autoencoder: strided convs, Flatten, a Dense bottleneck, Reshape, nearest UpSampling2D,
+    valid-padded Conv2DTranspose, sigmoid."""
+    side, w = (16, 8) if size == "small" else (64, 32)
+    L = keras.layers
+    inp = keras.Input((side, side, 1), batch_size=batch)
+    x = L.Conv2D(w, 3, strides=2, padding="same", activation="relu")(inp)
+    x = L.Conv2D(2 * w, 3, strides=2, padding="same", activation="relu")(x)
+    q = side // 4
+    z = L.Dense(8, activation="elu")(L.Flatten()(x))
+    x = L.Reshape((q, q, 2 * w))(L.Dense(q * q * 2 * w, activation="relu")(z))
+    x = L.Conv2D(w, 3, padding="same", activation="relu")(L.UpSampling2D()(x))
+    x = L.Conv2DTranspose(w, 3, strides=2, padding="valid", activation="relu")(x)
+    x = L.Cropping2D(((0, 1), (0, 1)))(x)
+    return keras.Model(inp, L.Conv2D(1, 3, padding="same", activation="sigmoid")(x), name="autoencoder")
+
+
 ARCHITECTURES: dict[str, Callable] = {f.__name__: f for f in (
     mobilenet_v3_small, mobilenet_v3_large, efficientnet_b0, efficientnet_v2_b0, nasnet_mobile, densenet121,
-    resnet50, vit_block, unet, yolo_head, conv1d_audio, bilstm_keras3, bilstm_tf_keras, multi_io)}
+    resnet50, vit_block, unet, yolo_head, conv1d_audio, bilstm_keras3, bilstm_tf_keras, multi_io,
+    mobilenet_v1, mobilenet_v2, convnext_tiny, xception_like, inception_like, se_resnet, text_transformer, tcn,
+    rnn_keras3, gru_tf_keras, image_ops, gather_where, spectrogram, conv3d_net, gan_generator, autoencoder)}
 
 
 # -- conversion -------------------------------------------------------------------------------------------------
 
 # keras.applications models take pixels in [0, 255] and scale them inside the graph (Rescaling/Normalization
 # layers); fed normal noise their activations shrink by 255 and every output is the same softmax.
-PIXEL_INPUTS = {"mobilenet_v3_small", "mobilenet_v3_large", "efficientnet_b0", "efficientnet_v2_b0"}
+PIXEL_INPUTS = {"mobilenet_v3_small", "mobilenet_v3_large", "efficientnet_b0", "efficientnet_v2_b0",
+                "convnext_tiny"}
 
 
 def input_range(name: str) -> list[float] | None:
@@ -296,8 +554,8 @@ def calibrate_batch_norms(model, keras_module, value_range: list[float] | None) 
         probe = keras_module.Model(model.inputs, layer.input)
         x = np.asarray(probe(batch if len(batch) > 1 else batch[0], training=False), np.float64)
         axes = tuple(i for i in range(x.ndim) if i != (layer.axis if layer.axis >= 0 else x.ndim + layer.axis))
-        gamma, beta, mean, var = layer.get_weights()
-        layer.set_weights([gamma, beta, x.mean(axes).astype(np.float32), (x.var(axes) + 1e-3).astype(np.float32)])
+        layer.moving_mean.assign(x.mean(axes).astype(np.float32))  # by name: scale=False drops gamma
+        layer.moving_variance.assign((x.var(axes) + 1e-3).astype(np.float32))
 
 
 def temper_logits(model, keras_module, value_range: list[float] | None) -> None:
@@ -318,12 +576,15 @@ def temper_logits(model, keras_module, value_range: list[float] | None) -> None:
         last.set_weights([w * (2.0 / std) for w in last.get_weights()])
 
 
+TF_KERAS_MODELS = {"bilstm_tf_keras", "gru_tf_keras"}
+
+
 def build(name: str, size: str, batch: int | None):
     import keras
 
     keras.utils.set_random_seed(SEED)
     keras_module = keras
-    if name == "bilstm_tf_keras":
+    if name in TF_KERAS_MODELS:
         import tf_keras
 
         tf_keras.utils.set_random_seed(SEED)

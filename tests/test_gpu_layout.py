@@ -145,6 +145,30 @@ def test_reshape_depth_space_gather(backend):
     ], ["g2"]), backend)
 
 
+def test_space_to_batch_and_back(backend):
+    # an open-batch dilated Conv1D/Conv2D as the converter writes it: SPACE_TO_BATCH_ND, the convolution on the
+    # blocks, BATCH_TO_SPACE_ND; 4-D with paddings and crops, and 3-D (the Conv1D), odd channel counts
+    content = build([("x", [2, 5, 7, 3]), ("s", [3, 10, 5])], [
+        ("SPACE_TO_BATCH_ND", ["x", np.array([2, 3], I32), np.array([[1, 0], [0, 2]], I32)],
+         [("b4", [12, 3, 3, 3])], {}),
+        ("CONV_2D", ["b4", sample_weights((5, 2, 2, 3)), np.zeros(5, np.float32)], [("c4", [12, 2, 2, 5])],
+         {"padding": 1, "stride_h": 1, "stride_w": 1}),
+        ("BATCH_TO_SPACE_ND", ["c4", np.array([2, 3], I32), np.array([[1, 0], [2, 1]], I32)],
+         [("y4", [2, 3, 3, 5])], {}),
+        ("SPACE_TO_BATCH_ND", ["s", np.array([4], I32), np.array([[3, 3]], I32)], [("b3", [12, 4, 5])], {}),
+        ("BATCH_TO_SPACE_ND", ["b3", np.array([4], I32), np.array([[1, 2]], I32)], [("y3", [3, 13, 5])], {}),
+    ], ["b4", "b3", "y3", "y4"])
+    inputs = random_inputs(content, 0)
+    ref, ours = run_litert(content, inputs), run_gpu(content, inputs, backend)
+    for k in range(3):  # pure data movement: bit for bit
+        np.testing.assert_array_equal(ours[k], ref[k], err_msg=f"output {k}")
+    assert_float_close(ours[3], ref[3], 1e-5, what="through the convolution")
+
+
+def sample_weights(shape: tuple[int, ...]) -> np.ndarray:
+    return np.random.default_rng(7).standard_normal(shape).astype(np.float32)
+
+
 def test_gather_far_indices_fp16(backend):
     # indices past 2048 are stored in two parts so that fp16 const storage keeps them exact
     content = build([("x", [2, 2101])], [

@@ -172,6 +172,19 @@ def test_split_v_with_inferred_size():
     same_as_litert(model("SPLIT_V", [In([2, 13, 5]), sizes, np.array([1], I32)], outs, num_splits=3))
 
 
+def test_split_v_with_an_empty_piece_in_its_own_buffer():
+    """The converter gives every tensor a buffer, empty unless constant: tf.signal.frame's SPLIT_V on an open
+    batch writes a piece of size 0 whose empty buffer once read as a zero-element constant (model refused)."""
+    mb = ModelBuilder()
+    x = mb.input("x", [2, 13, 5])
+    sizes, axis = mb.const("sizes", np.array([3, 0, 10], I32)), mb.const("axis", np.array([1], I32))
+    pieces = [mb.tensor(f"y{k}", [2, n, 5], data=np.zeros((2, n, 5), np.float32) if n == 0 else None)
+              for k, n in enumerate((3, 0, 10))]
+    mb.op("SPLIT_V", [x, sizes, axis], pieces, num_splits=3)
+    mb.output(*pieces)
+    same_as_litert(mb.build())
+
+
 # -- slicing ------------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("begin,size,dtype", [([0, 1, 2], [2, -1, 3], I32),

@@ -14,8 +14,10 @@ import numpy as np
 
 from ..errors import ModelError
 from ..graph import Graph, Node
-from .base import Op, register
+from ..lowering.context import LowerContext
+from .base import Defines, Op, register
 from .checks import arity, data_dependent, type_names
+from .layout import _gpu_check
 from .operands import (
     Inputs,
     Shape,
@@ -126,6 +128,28 @@ class _BlockOp(Op):
         if block is None or pairs is None:
             data_dependent(node)
         return [cls.out_shape(node, shape, *_block_params(node, len(shape), block, pairs, cls.pairs_name))]
+
+    @classmethod
+    def gpu_support(cls, node: Node, graph: Graph) -> bool | str:
+        # an open-batch TCN's dilated causal Conv1D: without these on the GPU it delegated 23% of its nodes
+        return _gpu_check(node, graph, params={1: "the block shape", 2: cls.pairs_name},
+                          plan=lambda n, g: cls.infer(n, g, [g.tensors[n.inputs[0]].shape]))
+
+    @classmethod
+    def lower(cls, node: Node, graph: Graph, ctx: LowerContext) -> None:
+        """kernels/dialect/space_batch.dialect; a 3-D tensor as a 4-D one with a block height of 1."""
+        src, dst = ctx.input(node, 0), ctx.output(node, 0)
+        shape = ctx.shape(src)
+        block = [int(b) for b in ctx.const_ints(ctx.input(node, 1)).reshape(-1)]
+        pairs = [int(p) for p in ctx.const_ints(ctx.input(node, 2)).reshape(-1)]
+        spatial = (1, shape[1]) if len(shape) == 3 else (shape[1], shape[2])
+        if len(shape) == 3:
+            block, pairs = [1, *block], [0, 0, *pairs]
+        defines: Defines = {"INVERSE": cls.name == "BATCH_TO_SPACE_ND", "RANK3": len(shape) == 3,
+                            "BLOCK_H": block[0], "BLOCK_W": block[1], "PAD_T": pairs[0], "PAD_L": pairs[2],
+                            "SRC_N": shape[0], "DST_N": ctx.shape(dst)[0], "SRC_Y": spatial[0],
+                            "SRC_X": spatial[1]}
+        ctx.kernel("space_batch", {"src": src}, {"dst": dst}, defines=defines, grid=ctx.grid(dst))
 
 
 @register

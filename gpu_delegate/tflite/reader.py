@@ -136,6 +136,11 @@ class _Reader:
             else:
                 node.attrs = self.options(op, name, i)
             nodes.append(node)
+        # the converter gives every tensor a buffer, so an op's output with no elements (SPLIT_V's empty piece)
+        # looks like a zero-element constant: what a node or the caller writes is no constant
+        for t in [*inputs, *(t for node in nodes for t in node.outputs)]:
+            if tensors[t].data is not None and tensors[t].size == 0:
+                tensors[t].data = None
         return Graph(tensors, nodes, inputs, outputs, name=(sg.Name() or b"").decode(errors="replace"), index=si)
 
     def options(self, op: Any, op_name: str, i: int) -> dict[str, Any]:
