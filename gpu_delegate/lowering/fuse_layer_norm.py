@@ -131,7 +131,8 @@ def _is_channel_mean(view: PartitionView, node: Node) -> bool:
     ins = view.node_inputs(node.index)
     axes = view.const(ins[1])
     rank = len(view.shapes[ins[0]])
-    return axes is not None and np.size(axes) == 1 and int(np.asarray(axes).reshape(-1)[0]) % rank == rank - 1
+    return axes is not None and rank > 0 and np.size(axes) == 1 and \
+        int(np.asarray(axes).reshape(-1)[0]) % rank == rank - 1
 
 
 def match(view: PartitionView, mean_node: Node, chain: _Chain) -> LayerNorm | str:
