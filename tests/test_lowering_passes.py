@@ -10,7 +10,15 @@ import numpy as np
 import pytest
 
 from gpu_delegate.graph import Graph
-from gpu_delegate.lowering import drop_reshape, emit, fold_constants, fuse_elementwise, memory, merge_pad
+from gpu_delegate.lowering import (
+    drop_reshape,
+    emit,
+    fold_constants,
+    fuse_elementwise,
+    fuse_layer_norm,
+    memory,
+    merge_pad,
+)
 from gpu_delegate.lowering.context import LowerContext
 from gpu_delegate.lowering.plan import KernelCall, Plan
 from gpu_delegate.lowering.view import PartitionView
@@ -300,3 +308,65 @@ def test_a_quantized_unary_op_is_a_lookup_with_no_fake_quant_step():
     values = rows.reshape(-1)
     assert np.all(np.abs(values / np.float32(0.125) - np.round(values / np.float32(0.125))) == 0)  # on y's grid
     assert values[138] == 0.0  # hard_swish(0) = 0: the zero point of a's grid gives y's zero point
+
+
+# -- fuse_layer_norm --------------------------------------------------------------------------------------------
+
+def layer_norm_chain(quantized: bool = False) -> tuple[ModelBuilder, int, int]:
+    """The converter's LayerNormalization over the channels of x [2, 3, 5]: without beta, y = x * inv + -m * inv."""
+    q = {"dtype": np.int8, "scale": 0.05, "zero_point": 0} if quantized else {}
+    mb = ModelBuilder()
+    x = mb.input("x", [2, 3, 5], **q)
+    axis = mb.const("axis", np.array([-1], np.int32))
+    m, neg, d, v = mb.tensor("m", [2, 3, 1], **q), mb.tensor("neg", [2, 3, 1], **q), mb.tensor("d", [2, 3, 5], **q), \
+        mb.tensor("v", [2, 3, 1], **q)
+    ve, r = mb.tensor("ve", [2, 3, 1], **q), mb.tensor("r", [2, 3, 1], **q)
+    inv, ms, xs, y = (mb.tensor(name, [2, 3, 5], **q) for name in ("inv", "ms", "xs", "y"))
+    eps = mb.const("eps", np.float32(1e-3)) if not quantized else mb.const("eps", np.int8(1), scale=0.001, zero_point=0)
+    gamma = mb.const("gamma", np.arange(1, 6, dtype=np.float32).reshape(1, 1, 5)) if not quantized else \
+        mb.const("gamma", np.arange(1, 6, dtype=np.int8).reshape(1, 1, 5), scale=0.1, zero_point=0)
+    mb.op("MEAN", [x, axis], [m], keep_dims=True)  # node 0
+    mb.op("NEG", [m], [neg])
+    mb.op("SQUARED_DIFFERENCE", [x, m], [d])
+    mb.op("MEAN", [d, axis], [v], keep_dims=True)
+    mb.op("ADD", [v, eps], [ve])
+    mb.op("RSQRT", [ve], [r])  # node 5
+    mb.op("MUL", [r, gamma], [inv])
+    mb.op("MUL", [neg, inv], [ms])
+    mb.op("MUL", [x, inv], [xs])
+    mb.op("ADD", [xs, ms], [y])  # node 9
+    return mb, x, y
+
+
+def test_fuse_layer_norm_lowers_the_chain_to_one_kernel():
+    mb, x, y = layer_norm_chain()
+    mb.output(y)
+    view = view_of(graph_of(mb))
+    result = fuse_layer_norm.run(view)
+    assert result.applied == [f"layer norm of tensor {x}: nodes 0, 2, 3, 4, 5, 6, 1, 7, 8, 9 in one kernel"]
+    assert view.nodes == [9]
+    assert view.node_inputs(9) == [x, x]  # the other passes see the ADD read x, which must stay written
+    ctx = LowerContext(view)
+    emit.run(view, ctx)
+    (call,) = ctx.kernels
+    # rank 3 [2, 3, 5] is stored as B, H, W = 1, 2, 3: one work item per (b, y, x)
+    assert (call.kernel, call.inputs, call.outputs, call.grid) == ("layer_norm", {"src": x}, {"dst": y}, (3, 2, 1))
+    assert call.defines == {"EPS": np.float32(1e-3).item()}
+    gamma, beta = (ctx.consts[call.consts[k]] for k in ("gamma", "beta"))
+    np.testing.assert_array_equal(gamma.reshape(-1), [1, 2, 3, 4, 5, 0, 0, 0])  # zero past the channels
+    np.testing.assert_array_equal(beta.reshape(-1), np.zeros(8))
+
+
+@pytest.mark.parametrize("quantized, also_out, why", [
+    (True, None, "a tensor of the chain is not float32 (quantized chains keep their fake-quant steps)"),
+    (False, "m", "the mean (tensor {t}) is not read by exactly two nodes"),
+    (False, "inv", "the scale (tensor {t}) is not read by exactly two MULs")])
+def test_fuse_layer_norm_declines(quantized, also_out, why):
+    mb, x, y = layer_norm_chain(quantized)
+    extra = [t for t, e in enumerate(mb.tensors) if e["name"] == also_out]
+    mb.output(y, *extra)
+    view = view_of(graph_of(mb))
+    result = fuse_layer_norm.run(view)
+    assert not result.applied
+    assert result.declined[0] == f"node 0 (MEAN): {why.format(t=extra[0] if extra else -1)}"
+    assert len(view.nodes) == 10

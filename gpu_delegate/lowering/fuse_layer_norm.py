@@ -1,0 +1,255 @@
+"""Lower the chain the TFLite converter writes for a float LayerNormalization over the channels to one kernel
+(kernels/dialect/layer_norm.dialect) instead of seven:
+
+    m = MEAN(x, -1, keep_dims)          d = SQUARED_DIFFERENCE(x, m)     v = MEAN(d, -1, keep_dims)
+    r = RSQRT(ADD(v, eps))              inv = MUL(r, gamma)  (without gamma: inv = r)
+    y = ADD(MUL(x, inv), t)   where t = MUL(NEG(m), inv)  or  t = SUB(beta, MUL(m, inv))
+
+The kernel computes the same formulas in float32. The chain's last ADD stays as the node that emits the kernel
+(its post-ops and fused activation go with it); it reads x through ``read_as`` so that the other passes see x read
+there, and every other node of the chain is removed. Declined: quantized tensors (their fake-quant steps between the
+nodes are not modelled), a reduction over other axes, an intermediate read elsewhere, a fused activation inside.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from ..graph import ACT_NONE, Graph, Node
+from ..phwc4 import slices
+from .context import GpuOp, LowerContext
+from .plan import CodeTable
+from .postops import ACTIVATION_EXPR
+from .view import PartitionView, PassResult
+
+
+@dataclass(frozen=True, eq=False)
+class LayerNorm:
+    """What the fused kernel needs."""
+
+    source: int  # x
+    gamma: np.ndarray  # float32, one per channel
+    beta: np.ndarray
+    eps: float
+    add: GpuOp  # the chain's last ADD's own op, whose CPU form is still that node's meaning
+
+
+class LayerNormOp:
+    """Stands in as the op of the chain's last ADD (a subclass per chain, from ``op_for``)."""
+
+    layer_norm: ClassVar[LayerNorm]
+
+    @staticmethod
+    def gpu_expr(node: Node, graph: Graph) -> str | None:
+        return None  # a reduction, never a post-op of another kernel
+
+    @staticmethod
+    def gpu_table(node: Node, graph: Graph) -> CodeTable | None:
+        return None
+
+    @classmethod
+    def run_cpu(cls, node: Node, graph: Graph, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
+        return cls.layer_norm.add.run_cpu(node, graph, inputs)
+
+    @classmethod
+    def lower(cls, node: Node, graph: Graph, ctx: LowerContext) -> None:
+        ln = cls.layer_norm
+        b, h, w, c = ctx.bhwc(ln.source)
+        rows = slices(c) * 4
+
+        def padded(values: np.ndarray) -> np.ndarray:
+            return np.pad(values, (0, rows - c)).reshape(-1, 4)
+
+        gamma = ctx.const(f"layer_norm_gamma:{node.index}", functools.partial(padded, ln.gamma))
+        beta = ctx.const(f"layer_norm_beta:{node.index}", functools.partial(padded, ln.beta))
+        ctx.fuse_activation(node)
+        ctx.kernel("layer_norm", {"src": ln.source}, {"dst": node.outputs[0]}, {"gamma": gamma, "beta": beta},
+                   {"EPS": ln.eps}, grid=(w, h, b))
+
+
+def op_for(layer_norm: LayerNorm) -> type[LayerNormOp]:
+    class Fused(LayerNormOp):
+        pass
+
+    Fused.layer_norm = layer_norm
+    return Fused
+
+
+class _Chain:
+    """The walk from one MEAN node along the chain, over the nodes still to lower."""
+
+    def __init__(self, view: PartitionView, readers: dict[int, list[int]], names: dict[int, set[int]],
+                 outputs: set[int]):
+        self.view, self.graph = view, view.graph
+        self.readers, self.names, self.outputs = readers, names, outputs
+        self.nodes: list[int] = []
+
+    def node(self, n: int) -> Node:
+        return self.graph.nodes[n]
+
+    def only_reader(self, t: int) -> Node | None:
+        """The one node that reads ``t``, if no other reads it and it does not leave the partition."""
+        users, leaves = self.view.buffer_readers(t, self.readers, self.names, self.outputs)
+        return None if leaves or len(users) != 1 else self.node(users[0])
+
+    def take(self, n: int) -> Node:
+        self.nodes.append(n)
+        return self.node(n)
+
+    def reads(self, node: Node, op: str, *operands: int) -> bool:
+        """Whether ``node`` is a plain ``op`` of exactly ``operands`` (any order)."""
+        ins = self.view.node_inputs(node.index)
+        return node.op == op and sorted(ins) == sorted(operands) and \
+            int(node.attrs.get("fused_activation_function", ACT_NONE)) == ACT_NONE
+
+    def other_operand(self, node: Node, op: str, t: int) -> int | None:
+        """The operand of a plain binary ``op`` node beside ``t``."""
+        ins = self.view.node_inputs(node.index)
+        if node.op != op or len(ins) != 2 or t not in ins or \
+                int(node.attrs.get("fused_activation_function", ACT_NONE)) != ACT_NONE:
+            return None
+        return ins[1] if ins[0] == t else ins[0]
+
+    def channel_const(self, t: int, channels: int) -> np.ndarray | None:
+        """Constant ``t`` as one float32 per channel, if it broadcasts along the last axis only."""
+        value = self.view.const(t)
+        if value is None or self.graph.tensors[t].quant is not None or value.dtype.kind != "f":
+            return None
+        shape = np.shape(value)
+        if any(d != 1 for d in shape[:-1]) or (shape and shape[-1] not in (1, channels)):
+            return None
+        return np.broadcast_to(np.asarray(value, np.float32).reshape(-1), (channels,)).copy()
+
+
+def _is_channel_mean(view: PartitionView, node: Node) -> bool:
+    if node.op != "MEAN" or not node.attrs.get("keep_dims", False):
+        return False
+    ins = view.node_inputs(node.index)
+    axes = view.const(ins[1])
+    rank = len(view.shapes[ins[0]])
+    return axes is not None and rank > 0 and np.size(axes) == 1 and \
+        int(np.asarray(axes).reshape(-1)[0]) % rank == rank - 1
+
+
+def match(view: PartitionView, mean_node: Node, chain: _Chain) -> LayerNorm | str:
+    """The layer norm whose first MEAN is ``mean_node``, or why the nodes after it are not one (chain.nodes: the
+    nodes taken, the last being the final ADD)."""
+    graph = view.graph
+    x, _ = view.node_inputs(mean_node.index)
+    m = mean_node.outputs[0]
+    tensors = [x, m]
+    channels = view.shapes[x][-1]
+    not_float = "a tensor of the chain is not float32 (quantized chains keep their fake-quant steps)"
+    if any(graph.tensors[t].quant is not None or graph.tensors[t].dtype != np.float32 for t in tensors):
+        return not_float
+    users, leaves = view.buffer_readers(m, chain.readers, chain.names, chain.outputs)
+    if leaves or len(users) != 2:
+        return f"the mean (tensor {m}) is not read by exactly two nodes"
+    first, second = (chain.node(u) for u in users)
+    if first.op != "SQUARED_DIFFERENCE":
+        first, second = second, first
+    if not chain.reads(first, "SQUARED_DIFFERENCE", x, m):
+        return "no SQUARED_DIFFERENCE of the input and its mean"
+    chain.take(mean_node.index)
+    chain.take(first.index)
+    variance = chain.only_reader(first.outputs[0])
+    if variance is None or not _is_channel_mean(view, variance) or \
+            view.node_inputs(variance.index)[0] != first.outputs[0]:
+        return "the squared difference is not averaged over the channels alone"
+    chain.take(variance.index)
+    add_eps = chain.only_reader(variance.outputs[0])
+    eps_t = chain.other_operand(add_eps, "ADD", variance.outputs[0]) if add_eps is not None else None
+    eps = view.const(eps_t) if eps_t is not None else None
+    if add_eps is None or eps is None or np.size(eps) != 1 or eps.dtype.kind != "f":
+        return "the variance is not followed by an ADD of a constant epsilon"
+    chain.take(add_eps.index)
+    rsqrt = chain.only_reader(add_eps.outputs[0])
+    if rsqrt is None or rsqrt.op != "RSQRT":
+        return "the variance plus epsilon is not followed by RSQRT"
+    chain.take(rsqrt.index)
+    inv = rsqrt.outputs[0]
+    tensors += [first.outputs[0], variance.outputs[0], add_eps.outputs[0], inv]
+    gamma = np.ones(channels, np.float32)
+    users, leaves = view.buffer_readers(inv, chain.readers, chain.names, chain.outputs)
+    if not leaves and len(users) == 1:  # a scale: inv = MUL(r, gamma)
+        scale = chain.take(users[0])
+        gamma_t = chain.other_operand(scale, "MUL", inv)
+        scaled = chain.channel_const(gamma_t, channels) if gamma_t is not None else None
+        if scaled is None:
+            return "the reciprocal deviation is multiplied by other than a per-channel constant"
+        gamma, inv = scaled, scale.outputs[0]
+        tensors.append(inv)
+        users, leaves = view.buffer_readers(inv, chain.readers, chain.names, chain.outputs)
+    if leaves or len(users) != 2:
+        return f"the scale (tensor {inv}) is not read by exactly two MULs"
+    scale_x = next((chain.node(u) for u in users if chain.reads(chain.node(u), "MUL", x, inv)), None)
+    if scale_x is None:
+        return "no MUL of the input by the scale"
+    scale_m = chain.node(next(u for u in users if u != scale_x.index))
+    beta = np.zeros(channels, np.float32)
+    if second.op == "NEG" and view.node_inputs(second.index) == [m]:  # t = MUL(NEG(m), inv)
+        if not chain.reads(scale_m, "MUL", second.outputs[0], inv) or \
+                chain.only_reader(second.outputs[0]) is not scale_m:
+            return "the negated mean is not multiplied by the scale alone"
+        chain.take(second.index)
+        chain.take(scale_m.index)
+        shift = scale_m.outputs[0]
+        tensors += [second.outputs[0], shift]
+    elif second.index == scale_m.index and chain.reads(scale_m, "MUL", m, inv):  # t = SUB(beta, MUL(m, inv))
+        chain.take(scale_m.index)
+        sub = chain.only_reader(scale_m.outputs[0])
+        if sub is None or sub.op != "SUB" or view.node_inputs(sub.index)[1] != scale_m.outputs[0] or \
+                int(sub.attrs.get("fused_activation_function", ACT_NONE)) != ACT_NONE:
+            return "the scaled mean is not subtracted from a constant"
+        offset = chain.channel_const(view.node_inputs(sub.index)[0], channels)
+        if offset is None:
+            return "the scaled mean is subtracted from other than a per-channel constant"
+        chain.take(sub.index)
+        beta, shift = offset, sub.outputs[0]
+        tensors += [scale_m.outputs[0], shift]
+    else:
+        return f"the mean's other reader, {second}, is neither NEG nor its MUL by the scale"
+    chain.take(scale_x.index)
+    tensors.append(scale_x.outputs[0])
+    final = chain.only_reader(scale_x.outputs[0])
+    if final is None or final.op != "ADD" or sorted(view.node_inputs(final.index)) != \
+            sorted([scale_x.outputs[0], shift]) or chain.only_reader(shift) is not final or \
+            int(final.attrs.get("fused_activation_function", ACT_NONE)) not in (ACT_NONE, *ACTIVATION_EXPR):
+        return "the scaled input and the shift do not meet in one ADD"
+    chain.take(final.index)
+    tensors.append(final.outputs[0])
+    if any(graph.tensors[t].quant is not None or graph.tensors[t].dtype != np.float32 for t in tensors):
+        return not_float
+    if view.shapes[final.outputs[0]] != view.shapes[x]:
+        return "the output's shape is not the input's"
+    return LayerNorm(x, gamma, beta, float(eps.reshape(-1)[0]), view.op(final.index))
+
+
+def run(view: PartitionView) -> PassResult:
+    result = PassResult("fuse_layer_norm")
+    graph = view.graph
+    removed: set[int] = set()
+    names, outputs = view.buffer_names(), set(view.outputs)
+    for n in list(view.nodes):
+        node = graph.nodes[n]
+        if n in removed or not _is_channel_mean(view, node):
+            continue
+        readers = view.readers()
+        chain = _Chain(view, readers, names, outputs)
+        found = match(view, node, chain)
+        if isinstance(found, str):
+            result.declined.append(f"{node}: {found}")
+            continue
+        final = chain.nodes[-1]
+        view.ops[final] = op_for(found)
+        for k in range(len(graph.nodes[final].inputs)):
+            view.read_as[(final, k)] = found.source
+        removed.update(chain.nodes[:-1])
+        view.nodes = [m for m in view.nodes if m not in removed]
+        result.applied.append(f"layer norm of tensor {found.source}: nodes {', '.join(map(str, chain.nodes))} "
+                              f"in one kernel")
+    return result
