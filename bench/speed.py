@@ -142,10 +142,10 @@ def add_twin_ratios(rows: list[dict]) -> None:
 
 
 def model_paths(folder: Path, only: str) -> list[Path]:
-    """The MobileNets of MODELS where the folder holds them, else every model there; ``only``: substrings, any."""
+    """The MobileNets of MODELS in the default folder, every model in another one; ``only``: substrings, any."""
     wanted = [s for s in only.split(",") if s]
     named = [folder / f"{m}.tflite" for m in MODELS if (folder / f"{m}.tflite").is_file()]
-    if named:
+    if folder.resolve() == DEFAULT_MODELS.resolve() and named:
         return [p for p in named if not wanted or p.stem.removeprefix("mobilenet_") in wanted]
     return [p for p in sorted(folder.glob("*.tflite")) if not wanted or any(w in p.stem for w in wanted)]
 
