@@ -32,6 +32,10 @@ T = TypeVar("T")
 # -w: PoCL's clang prints "N warnings generated." to the process's stderr for every program passing a
 # float16 to FMA() ("changes the ABI" without AVX-512, harmless: it is inlined); errors still come back.
 BUILD_OPTIONS = "-cl-std=CL1.2 -w"
+# The fake-quant step of 8-bit tensors divides by the scale and rounds: OpenCL allows a float division 2.5 ulp
+# off unless this is asked for (NVIDIA's is; PoCL's is exact anyway), which moved values at rounding ties by a
+# step (int8 CONCATENATION across scales on an H100: 2.4% of the values).
+EXACT_DIVISION = "-cl-fp32-correctly-rounded-divide-sqrt"
 
 _lock = threading.Lock()
 _context: tuple[cl.Context, cl.Device] | None = None
@@ -109,6 +113,8 @@ class OpenCLBackend(Backend):
         self._mutex = threading.RLock()
         self._transfers: list[cl.Event] = []  # of _write_async and _read_async, until the invoke's wait
         self._info = self._describe()
+        exact = bool(self.device.single_fp_config & cl.device_fp_config.CORRECTLY_ROUNDED_DIVIDE_SQRT)
+        self._options = f"{BUILD_OPTIONS} {EXACT_DIVISION}" if exact else BUILD_OPTIONS
 
     def _on_device(self, fn: Callable[..., T], *args: Any) -> T:
         with self._mutex:
@@ -137,7 +143,7 @@ class OpenCLBackend(Backend):
 
     @property
     def build_options(self) -> str:
-        return BUILD_OPTIONS
+        return self._options
 
     def source(self, spec: KernelSpec, local_size: tuple[int, int, int]) -> str:
         return codegen.opencl_source(spec)
@@ -155,7 +161,7 @@ class OpenCLBackend(Backend):
     def _build_program(self, source: str, entries: list[str], binary: bytes | None, what: str) -> list[Any]:
         """Build ``source`` (or load ``binary``, which Backend._payload checked is the program of ``source``),
         unless this process built it for this context and device already: (program, kernel) per entry."""
-        key = (self.context, self.device, hashlib.sha256(source.encode()).digest(), BUILD_OPTIONS)
+        key = (self.context, self.device, hashlib.sha256(source.encode()).digest(), self._options)
         program = PROGRAMS.get(key, len(source), lambda: self._build_driver_program(source, binary, what))
         try:
             return [(program, cl.Kernel(program, entry)) for entry in entries]
@@ -167,8 +173,8 @@ class OpenCLBackend(Backend):
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", cl.CompilerWarning)
                 if binary is None:
-                    return cl.Program(self.context, source).build(BUILD_OPTIONS)
-                return cl.Program(self.context, [self.device], [binary]).build(BUILD_OPTIONS)
+                    return cl.Program(self.context, source).build(self._options)
+                return cl.Program(self.context, [self.device], [binary]).build(self._options)
         except cl.Error as e:
             if binary is not None:
                 raise DelegateError(f"OpenCL: {what}: the program binary does not load: {e}") from e
