@@ -18,6 +18,7 @@ from gpu_delegate.lowering import (
     fuse_layer_norm,
     memory,
     merge_pad,
+    pad_channels,
 )
 from gpu_delegate.lowering.context import LowerContext
 from gpu_delegate.lowering.plan import KernelCall, Plan
@@ -145,6 +146,74 @@ def test_merge_pad_declines(pads, padding, why):
     result = merge_pad.run(view)
     assert not result.changed and len(result.declined) == 1 and why in result.declined[0]
     assert view.nodes == [0, 1] and not view.extra_padding
+
+
+# -- pad_channels ---------------------------------------------------------------------------------------------------
+
+def pad_then_add(pads: list[list[int]], value: float | None = None, pad_also_out: bool = False,
+                 conv_also_out: bool = False) -> tuple[ModelBuilder, int]:
+    """x [1, 4, 4, 5] -> PAD (PADV2 with ``value``) -> p; ADD(p, CONV(x)) of p's shape."""
+    mb = ModelBuilder()
+    x = mb.input("x", [1, 4, 4, 5])
+    padded = [d + a + b for d, (a, b) in zip([1, 4, 4, 5], pads)]
+    c, p, y = mb.tensor("c", padded), mb.tensor("p", padded), mb.tensor("y", padded)
+    conv(mb, x, tuple(padded), c, padding="SAME")
+    ins = [x, mb.const("pads", np.array(pads, np.int32))]
+    if value is None:
+        mb.op("PAD", ins, [p])
+    else:
+        mb.op("PADV2", ins + [mb.const("value", np.array([value], np.float32))], [p])
+    mb.op("ADD", [p, c], [y])
+    mb.output(y, *([p] if pad_also_out else []), *([c] if conv_also_out else []))
+    return mb, x
+
+
+def test_pad_channels_lets_the_add_read_the_unpadded_tensor():
+    mb, x = pad_then_add([[0, 0], [0, 0], [0, 0], [0, 6]])  # 5 -> 11 channels: not at a slice boundary
+    view = view_of(graph_of(mb))
+    result = pad_channels.run(view)
+    assert result.applied == ["node 2 (ADD) reads the input of node 1 (PAD), its channels beyond read as 0"]
+    assert view.nodes == [0, 2] and view.read_as == {(2, 0): x}
+    fuse_elementwise.run(view, True, lambda t, mode: "", table_key)
+    pad_channels.restore(view, result)
+    assert view.nodes == [0] and result.changed
+    (add,) = view.postops[0]  # the ADD in the conv's kernel, its operand the unpadded x, read first
+    assert (add.expr, add.operand, add.source, add.operand_first) == ("a + b", "zero_extended", x, True)
+
+
+@pytest.mark.parametrize("pads,value,pad_also_out,why", [
+    ([[0, 0], [1, 0], [0, 0], [0, 3]], None, False, "it pads more than the end of the channels"),
+    ([[0, 0], [0, 0], [0, 0], [3, 0]], None, False, "it pads more than the end of the channels"),
+    ([[0, 0], [0, 0], [0, 0], [0, 3]], 1.0, False, "it pads with a value other than 0"),
+    ([[0, 0], [0, 0], [0, 0], [0, 3]], None, True, "its output is read by 1 nodes, under another name, or leaves"),
+])
+def test_pad_channels_declines(pads, value, pad_also_out, why):
+    mb, _ = pad_then_add(pads, value, pad_also_out)
+    view = view_of(graph_of(mb))
+    result = pad_channels.run(view)
+    assert not result.changed and len(result.declined) == 1 and why in result.declined[0], result.declined
+    assert view.nodes == [0, 1, 2] and not view.read_as
+
+
+def test_pad_channels_declines_a_quantized_pad():
+    mb = ModelBuilder()
+    x = mb.input("x", [1, 4, 4, 5], np.int8, scale=0.5, zero_point=3)
+    p, y = mb.tensor("p", [1, 4, 4, 8], np.int8, scale=0.5, zero_point=3), mb.tensor("y", [1, 4, 4, 8])
+    mb.op("PAD", [x, mb.const("pads", np.array([[0, 0], [0, 0], [0, 0], [0, 3]], np.int32))], [p])
+    mb.op("ADD", [p, p], [y])
+    mb.output(y)
+    result = pad_channels.run(view_of(graph_of(mb)))
+    assert not result.changed and "its input is not a float tensor" in result.declined[0]
+
+
+def test_pad_channels_restores_the_pad_when_the_add_is_not_fused():
+    mb, x = pad_then_add([[0, 0], [0, 0], [0, 0], [0, 3]], conv_also_out=True)  # the conv's output leaves: no fusion
+    view = view_of(graph_of(mb))
+    result = pad_channels.run(view)
+    fuse_elementwise.run(view, True, lambda t, mode: "", table_key)
+    pad_channels.restore(view, result)
+    assert view.nodes == [0, 1, 2] and not view.read_as and not view.zero_extended and not result.changed
+    assert result.declined == ["node 1 (PAD): its reader node 2 (ADD) was not fused as a post-op"]
 
 
 # -- fuse_elementwise -------------------------------------------------------------------------------------------

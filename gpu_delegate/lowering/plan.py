@@ -13,7 +13,7 @@ import numpy as np
 
 from ..phwc4 import BHWC, vec4_count
 
-OperandMode = Literal["tensor", "channel", "scalar", "table", "kept"]
+OperandMode = Literal["tensor", "zero_extended", "channel", "scalar", "table", "kept"]
 
 
 @dataclass(frozen=True)
@@ -33,7 +33,9 @@ class PostOp:
     kind "expr": ``v = expr``, a dialect expression over FLT4 ``a`` (the value flowing through) and, when the step
     has an operand, ``b`` (the operand; ``operand_first`` swaps the two: the operand was the op's first input).
     The operand is read by ``operand``: "tensor" = the output's own index in tensor ``source``, "channel" = one
-    vec4 per slice of const ``source``, "scalar" = const ``source``'s single row.
+    vec4 per slice of const ``source``, "scalar" = const ``source``'s single row, "zero_extended" = the output's
+    own batch, row, column and channel in tensor ``source``, which has the output's B, H, W and fewer channels: the
+    channels beyond its own read as 0.
     kind "fake_quant": quantize then dequantize on the grid of ``scale`` with integer bounds ``qmin``..``qmax``
     (relative to the zero point): the step a quantized op's output takes so that float follows fixed point.
     kind "lut": the value's code on the grid of ``scale`` (bounds ``qmin``..``qmax`` as for "fake_quant") plus
@@ -48,7 +50,7 @@ class PostOp:
     kind: Literal["expr", "fake_quant", "lut", "keep"]
     expr: str = ""
     operand: OperandMode | None = None
-    source: int | str | None = None  # tensor id ("tensor") or const key ("channel", "scalar")
+    source: int | str | None = None  # tensor id ("tensor", "zero_extended") or const key ("channel", "scalar")
     operand_first: bool = False
     scale: float = 0.0
     qmin: float = 0.0

@@ -114,7 +114,9 @@ def elementwise_postops(view: PartitionView, n: int, flowing: int, expr: str,
     else:
         k = others[0]
         u = ins[k]
-        mode = operand_mode(view, u, out_shape)
+        shape = bhwc(view.shapes[u])
+        mode = operand_mode(view, u, out_shape) if (n, k) not in view.zero_extended else \
+            "zero_extended" if shape[:3] == out_shape[:3] and shape[3] <= out_shape[3] else None
         if mode is None:
             return None
         source: int | str = const_key(u, mode) if view.is_const(u) else u
