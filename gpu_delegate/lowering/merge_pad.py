@@ -10,8 +10,9 @@ from .view import PartitionView, PassResult
 TAKERS = {"CONV_2D", "DEPTHWISE_CONV_2D"}
 
 
-def spatial_pads(view: PartitionView, n: int) -> tuple[int, int, int, int] | str:
-    """(top, bottom, left, right) of a PAD node that pads only H and W with zeros, or why it is not one."""
+def zero_pads(view: PartitionView, n: int) -> np.ndarray | str:
+    """The [4, 2] paddings of a PAD / PADV2 node of a 4-D tensor that pads with the constant 0, or why it is not
+    one (shared with pad_channels)."""
     node = view.graph.nodes[n]
     ins = view.node_inputs(n)
     if len(view.shapes[ins[0]]) != 4:
@@ -21,9 +22,16 @@ def spatial_pads(view: PartitionView, n: int) -> tuple[int, int, int, int] | str
         return "its paddings are not a constant [4, 2]"
     if node.op == "PADV2" and (len(ins) < 3 or view.const(ins[2]) is None or np.any(view.const(ins[2]) != 0)):
         return "it pads with a value other than 0"
-    if view.graph.tensors[ins[0]].quant is not None:
+    return np.asarray(pads, np.int64)
+
+
+def spatial_pads(view: PartitionView, n: int) -> tuple[int, int, int, int] | str:
+    """(top, bottom, left, right) of a PAD node that pads only H and W with zeros, or why it is not one."""
+    pads = zero_pads(view, n)
+    if isinstance(pads, str):
+        return pads
+    if view.graph.tensors[view.node_inputs(n)[0]].quant is not None:
         return "its input is quantized (zero is the zero point, not 0.0)"
-    pads = np.asarray(pads, np.int64)
     if np.any(pads[0] != 0) or np.any(pads[3] != 0) or np.any(pads < 0):
         return "it pads the batch or channels, or crops"
     return int(pads[1, 0]), int(pads[1, 1]), int(pads[2, 0]), int(pads[2, 1])

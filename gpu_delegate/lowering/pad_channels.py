@@ -11,25 +11,19 @@ from __future__ import annotations
 import numpy as np
 
 from ..phwc4 import bhwc
+from .merge_pad import zero_pads
 from .view import PartitionView, PassResult
 
 
 def channel_pad(view: PartitionView, n: int) -> str | None:
     """None if PAD node ``n`` appends zeros after the channels of a float tensor and pads nothing else; else why
     it does not."""
-    node = view.graph.nodes[n]
-    ins = view.node_inputs(n)
-    if len(view.shapes[ins[0]]) != 4:
-        return "its input is not 4-D"
-    pads = view.const(ins[1])
-    if pads is None or np.shape(pads) != (4, 2):
-        return "its paddings are not a constant [4, 2]"
-    if node.op == "PADV2" and (len(ins) < 3 or view.const(ins[2]) is None or np.any(view.const(ins[2]) != 0)):
-        return "it pads with a value other than 0"
-    tensor = view.graph.tensors[ins[0]]
+    pads = zero_pads(view, n)
+    if isinstance(pads, str):
+        return pads
+    tensor = view.graph.tensors[view.node_inputs(n)[0]]
     if tensor.quant is not None or tensor.dtype.kind != "f":
         return "its input is not a float tensor (a quantized zero is the zero point, not 0.0)"
-    pads = np.asarray(pads, np.int64)
     if np.any(pads[:3] != 0) or pads[3, 0] != 0 or pads[3, 1] <= 0:
         return "it pads more than the end of the channels"
     return None
