@@ -132,8 +132,7 @@ def abs_lut(qi: tuple[float, int], qo: tuple[float, int], dtype: np.dtype) -> np
     if f32(qi[0]) == f32(qo[0]):
         return np.clip(value + qo[1], lo, hi)
     multiplier, shift = quantize_multiplier(float(f32(qi[0]) / f32(qo[0])))
-    out = [int(multiply_by_quantized_multiplier(v, multiplier, shift)) + qo[1] for v in value.tolist()]
-    return np.clip(np.array(out, np.int64), lo, hi)
+    return rescale(value, multiplier, shift, qo[1], lo, hi)
 
 
 def rsqrt_lut(qi: tuple[float, int], qo: tuple[float, int], dtype: np.dtype) -> np.ndarray:
@@ -143,17 +142,12 @@ def rsqrt_lut(qi: tuple[float, int], qo: tuple[float, int], dtype: np.dtype) -> 
     the largest code too."""
     lo, hi = dtype_range(dtype)
     multiplier, shift = quantize_multiplier(1.0 / float(np.sqrt(f32(qi[0])) * f32(qo[0])))
-    table = []
-    for code in codes(dtype).tolist():
-        value = code - qi[1]
-        if value <= 0:
-            table.append(hi)
-            continue
-        inv_sqrt, inv_shift = inv_sqrt_multiplier(value)
-        data = int(multiply_by_quantized_multiplier(1, inv_sqrt, inv_shift + 20))
-        out = int(multiply_by_quantized_multiplier(data, multiplier, shift - 20)) + qo[1]
-        table.append(min(max(out, lo), hi))
-    return np.array(table, np.int64)
+    values = codes(dtype) - qi[1]
+    scaled = np.zeros_like(values)  # 1/sqrt(value) * 2^20, for the positive values
+    for k in np.flatnonzero(values > 0).tolist():
+        inv_sqrt, inv_shift = inv_sqrt_multiplier(int(values[k]))
+        scaled[k] = multiply_by_quantized_multiplier(1, inv_sqrt, inv_shift + 20)
+    return np.where(values > 0, rescale(scaled, multiplier, shift - 20, qo[1], lo, hi), hi)
 
 
 def _srdhm16(a: int, b: int) -> int:
