@@ -177,9 +177,14 @@ class References:
         return self._builtin, "builtin"
 
     @property
+    def twin_path(self) -> Path:
+        """The float32 model of the same architecture, batch and weights as this dynamic-range one."""
+        return self.path.with_name(self.path.name.replace("_dynrange", "_fp32"))
+
+    @property
     def float_twin(self) -> list[np.ndarray] | None:
         if self._twin is False:
-            twin = self.path.with_name(self.path.name.replace("_dynrange", "_fp32"))
+            twin = self.twin_path
             self._twin = litert_outputs(twin.read_bytes(), self.inputs) if twin.exists() else None
         return self._twin  # type: ignore[return-value]
 
@@ -189,7 +194,7 @@ class References:
         model's int8 weights dequantized: the computation the dynamic-range model means without LiteRT's on-the-fly
         activation quantization (what TFLite's GPU delegate and we compute). None without a twin."""
         if self._dequantized_twin is False:
-            twin = self.path.with_name(self.path.name.replace("_dynrange", "_fp32"))
+            twin = self.twin_path
             patched = dequantized_weights_in(twin.read_bytes(), self.content) if twin.exists() else None
             self._dequantized_twin = litert_outputs(patched, self.inputs) if patched is not None else None
         return self._dequantized_twin  # type: ignore[return-value]
