@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..graph import Node
 from ..phwc4 import bhwc
 from .merge_pad import zero_pads
 from .view import PartitionView, PassResult
@@ -27,6 +28,11 @@ def channel_pad(view: PartitionView, n: int) -> str | None:
     if np.any(pads[:3] != 0) or pads[3, 0] != 0 or pads[3, 1] <= 0:
         return "it pads more than the end of the channels"
     return None
+
+
+def _applied(reader: Node, pad: Node) -> str:
+    """The note of a PAD dropped for its reader (run writes it, restore takes it back)."""
+    return f"{reader} reads the input of {pad}, its channels beyond read as 0"
 
 
 def run(view: PartitionView) -> PassResult:
@@ -60,7 +66,7 @@ def run(view: PartitionView) -> PassResult:
         readers[out].remove(user.index)
         readers.setdefault(source, []).append(user.index)
         removed.add(n)
-        result.applied.append(f"{user} reads the input of {node}, its channels beyond read as 0")
+        result.applied.append(_applied(user, node))
     view.nodes = [n for n in view.nodes if n not in removed]
     return result
 
@@ -77,6 +83,5 @@ def restore(view: PartitionView, result: PassResult) -> None:
             view.read_as[(m, slot)] = padded
         del view.zero_extended[(m, slot)]
         view.nodes.insert(view.nodes.index(m), pad)
-        note = f"{graph.nodes[m]} reads the input of {graph.nodes[pad]}, its channels beyond read as 0"
-        result.applied.remove(note)
+        result.applied.remove(_applied(graph.nodes[m], graph.nodes[pad]))
         result.declined.append(f"{graph.nodes[pad]}: its reader {graph.nodes[m]} was not fused as a post-op")
