@@ -68,6 +68,18 @@ class LowerContext:
     def output(self, node: Node, k: int = 0) -> int:
         return node.outputs[k]
 
+    def input_transposed(self, node: Node, k: int) -> tuple[int, ...] | None:
+        """The permutation by which input slot ``k`` is read as TRANSPOSE(``input(node, k)``, perm) (a TRANSPOSE
+        that a pass dropped), or None when it is read as it is."""
+        return self.view.read_transposed.get((node.index, k))
+
+    def output_transposed(self, node: Node) -> tuple[int, tuple[int, ...]] | None:
+        """(tensor, perm) when the node's output 0 is to be written as TRANSPOSE(output, perm) into that tensor
+        (a TRANSPOSE that a pass dropped), else None. Emit the kernel's "dst" as output 0 all the same: the post-ops
+        fused into the node go with it, and the call writes the tensor."""
+        perm = self.view.write_transposed.get(node.index)
+        return None if perm is None else (self.view.final(node.outputs[0]), perm)
+
     def shape(self, t: int) -> tuple[int, ...]:
         return tuple(self.view.shapes[t])
 
@@ -187,7 +199,7 @@ class LowerContext:
             if arg == "dst" and node is not None and t == node.outputs[0]:
                 postops = list(view.postops.get(node.index, []))
             outs[arg] = final
-            self.tensors[final] = bhwc(view.shapes[t])
+            self.tensors[final] = bhwc(view.shapes[final])
         for t in inputs.values():
             self.tensors[t] = bhwc(view.shapes[t])
         for p in postops:

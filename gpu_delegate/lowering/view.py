@@ -32,6 +32,11 @@ class PartitionView:
     postops: dict[int, list[PostOp]] = field(default_factory=dict)  # node -> post-ops fused into its output
     written_as: dict[int, int] = field(default_factory=dict)  # tensor a node writes -> tensor it really writes
     read_as: dict[tuple[int, int], int] = field(default_factory=dict)  # (node, input slot) -> tensor it reads
+    # (node, input slot) -> perm: the node reads TRANSPOSE(tensor it reads, perm), the TRANSPOSE dropped
+    read_transposed: dict[tuple[int, int], tuple[int, ...]] = field(default_factory=dict)
+    # node -> perm: the node writes its output 0 as TRANSPOSE(output, perm) into written_as[output], the TRANSPOSE
+    # dropped
+    write_transposed: dict[int, tuple[int, ...]] = field(default_factory=dict)
     extra_padding: dict[int, tuple[int, int, int, int]] = field(default_factory=dict)  # node -> t, b, l, r
     aliases: dict[int, int] = field(default_factory=dict)  # tensor -> tensor whose buffer it shares
     # (node, input slot) reading a tensor with fewer channels, the rest read as 0 -> (the PAD dropped, its output)
