@@ -1,8 +1,10 @@
 """BATCH_MATMUL on both GPU backends against LiteRT: the blocked kernel (kernels/dialect/batch_matmul.dialect) over
 odd row, column and contraction lengths, every adj_x / adj_y, broadcast batch dimensions, ranks 2 to 4, a constant
-second operand and fp16 storage; and lowering/fuse_matmul_transpose.py, which folds the TRANSPOSEs of an einsum
-(attention's heads to the front and back) into the product's reads and write: the folded model launches no remap
-kernel and gives LiteRT's answer, and transposes it cannot fold stay kernels of their own and stay right. Every
+second operand and fp16 storage; and lowering/fuse_matmul_transpose.py, which folds the TRANSPOSEs and RESHAPEs of
+an einsum (attention's heads split off the channels and moved to the front, and back) into the product's reads and
+write: the folded model launches no remap
+kernel and gives LiteRT's answer, nor a reshape kernel where the heads split the channels at a multiple of 4, and
+transposes it cannot fold stay kernels of their own and stay right. Every
 test asserts that the nodes ran on the backend."""
 
 from __future__ import annotations
@@ -83,15 +85,23 @@ def test_batch_matmul_fp16_storage(backend):
 
 
 def attention_model(batch: int, tokens: int, heads: int, head: int, scores_perm: tuple[int, ...] = (0, 2, 3, 1),
-                    also_keys: bool = False) -> bytes:
+                    also_keys: bool = False, merged: bool = False) -> bytes:
     """The converter's multi-head attention core from q, k, v of [batch, tokens, heads, head]: scores =
     TRANSPOSE(q, 0213) x TRANSPOSE(k, ``scores_perm``) (0231: keys already transposed for the product; 0213 with
     adj_y), SOFTMAX, x TRANSPOSE(v, 0213), back by TRANSPOSE 0213. ``also_keys``: the transposed keys are an output
-    of the model as well."""
+    of the model as well. ``merged``: q, k, v come as [batch, tokens, heads * head], RESHAPEd to heads, and the
+    result is RESHAPEd back so."""
     adj_y = scores_perm == (0, 2, 1, 3)
     mb = ModelBuilder()
     shape = (batch, tokens, heads, head)
-    q, k, v = mb.input("q", shape), mb.input("k", shape), mb.input("v", shape)
+    if merged:
+        flat = (batch, tokens, heads * head)
+        q, k, v = (mb.tensor(name, shape) for name in ("q", "k", "v"))
+        for name, t in (("qm", q), ("km", k), ("vm", v)):
+            mb.op("RESHAPE", [mb.input(name, flat), mb.const(name + "_shape", np.array(shape, np.int32))], [t],
+                  new_shape=list(shape))
+    else:
+        q, k, v = mb.input("q", shape), mb.input("k", shape), mb.input("v", shape)
     per_head = (batch, heads, tokens, head)
     qt, vt = mb.tensor("qt", per_head), mb.tensor("vt", per_head)
     kt = mb.tensor("kt", tuple(shape[p] for p in scores_perm))
@@ -106,6 +116,11 @@ def attention_model(batch: int, tokens: int, heads: int, head: int, scores_perm:
     ctx, out = mb.tensor("ctx", per_head), mb.tensor("out", shape)
     mb.op("BATCH_MATMUL", [probs, vt], [ctx], adj_x=False, adj_y=False)
     mb.op("TRANSPOSE", [ctx, swap], [out])
+    if merged:
+        flat_out = mb.tensor("flat_out", (batch, tokens, heads * head))
+        mb.op("RESHAPE", [out, mb.const("out_shape", np.array([batch, tokens, heads * head], np.int32))], [flat_out],
+              new_shape=[batch, tokens, heads * head])
+        out = flat_out
     mb.output(out, kt) if also_keys else mb.output(out)
     return mb.build()
 
@@ -122,6 +137,21 @@ def test_attention_transposes_fold_into_the_products(backend, batch, tokens, hea
     kernels, outs = run_gpu(content, inputs, backend)
     assert "remap" not in kernels and kernels.count("batch_matmul") == 2, kernels
     assert_float_close(outs[0], run_litert(content, inputs)[0], 1e-5, what=f"attention {shape} on {backend}")
+
+
+@pytest.mark.parametrize("batch, tokens, heads, head, reshapes_left", [
+    (1, 64, 4, 16, 0),  # the ViT block's: the channels split into heads and merged back inside the products
+    (2, 7, 3, 8, 0),
+    (2, 9, 2, 13, 4),   # a head of 13 channels does not start on a slice of 4: the reshapes stay kernels
+])
+def test_attention_reshapes_of_the_channels_fold_into_the_products(backend, batch, tokens, heads, head,
+                                                                  reshapes_left):
+    content = attention_model(batch, tokens, heads, head, merged=True)
+    flat = (batch, tokens, heads * head)
+    inputs = [values(flat, 18), values(flat, 19), values(flat, 20)]
+    kernels, outs = run_gpu(content, inputs, backend)
+    assert "remap" not in kernels and kernels.count("reshape") == reshapes_left, kernels
+    assert_float_close(outs[0], run_litert(content, inputs)[0], 1e-5, what=f"attention {flat} on {backend}")
 
 
 def test_attention_transposes_fold_with_fp16_storage(backend):

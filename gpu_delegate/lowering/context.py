@@ -68,17 +68,19 @@ class LowerContext:
     def output(self, node: Node, k: int = 0) -> int:
         return node.outputs[k]
 
-    def input_transposed(self, node: Node, k: int) -> tuple[int, ...] | None:
-        """The permutation by which input slot ``k`` is read as TRANSPOSE(``input(node, k)``, perm) (a TRANSPOSE
-        that a pass dropped), or None when it is read as it is."""
+    def input_transposed(self, node: Node, k: int) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+        """(shape, perm) when input slot ``k`` is read as TRANSPOSE(RESHAPE(``input(node, k)``, shape), perm) (a
+        RESHAPE that splits the channels in two and a TRANSPOSE, which a pass dropped), or None when it is read as
+        it is."""
         return self.view.read_transposed.get((node.index, k))
 
-    def output_transposed(self, node: Node) -> tuple[int, tuple[int, ...]] | None:
-        """(tensor, perm) when the node's output 0 is to be written as TRANSPOSE(output, perm) into that tensor
-        (a TRANSPOSE that a pass dropped), else None. Emit the kernel's "dst" as output 0 all the same: the post-ops
-        fused into the node go with it, and the call writes the tensor."""
-        perm = self.view.write_transposed.get(node.index)
-        return None if perm is None else (self.view.final(node.outputs[0]), perm)
+    def output_transposed(self, node: Node) -> tuple[int, tuple[int, ...], tuple[int, ...]] | None:
+        """(tensor, shape, perm) when the node's output 0 is to be written as TRANSPOSE(output, perm), of ``shape``,
+        reshaped into that tensor (a TRANSPOSE and a RESHAPE that merges the last two axes into the channels, which a
+        pass dropped), else None. Emit the kernel's "dst" as output 0 all the same: the post-ops fused into the node
+        go with it, and the call writes the tensor."""
+        written = self.view.write_transposed.get(node.index)
+        return None if written is None else (self.view.final(node.outputs[0]), *written)
 
     def shape(self, t: int) -> tuple[int, ...]:
         return tuple(self.view.shapes[t])

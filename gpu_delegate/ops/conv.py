@@ -857,33 +857,42 @@ BMM_ROWS = 4  # rows m per work item of batch_matmul.dialect (an X stored with m
 BMM_SLICES = 2  # slices of 4 columns n per work item, where there are that many
 
 
-def _axis_strides(shape: tuple[int, ...], stored_axis: list[int]) -> tuple[list[int], int]:
-    """For an operand whose axis i is axis ``stored_axis[i]`` of a tensor of ``shape`` in PHWC4: each axis's stride
-    in vec4 (in slices of 4 for the axis stored as channels; 0 for an axis of size 1, which broadcasts), right-
-    aligned to 4 axes (missing leading axes: 0), and which of the 4 is stored as channels (-1 if none)."""
+def _axis_strides(shape: tuple[int, ...], seen: tuple[int, ...], axes: list[int]) -> tuple[list[int], int]:
+    """For an operand whose axis i is axis ``axes[i]`` of a tensor of ``shape`` in PHWC4 seen as ``seen`` (``shape``
+    itself, or ``shape`` with its channels split into groups of seen[-1], a multiple of 4): each axis's stride in
+    vec4 (in slices of 4 for the axis stored as channels; 0 for an axis of size 1, which broadcasts), right-aligned
+    to 4 axes (missing leading axes: 0), and which of the 4 is stored as channels (-1 if none)."""
     b, h, w, c = bhwc(shape)
     role = [slices(c) * h * w, w, 1, h * w]  # B, H, W, C (per slice)
-    rank = len(shape)
-    strides = [0] * (4 - len(stored_axis))
+    own = [role[4 - len(shape) + a] for a in range(len(shape))]
+    if tuple(seen) != tuple(shape):
+        own = own[:-1] + [own[-1] * (seen[-1] // 4), own[-1]]
+    strides = [0] * (4 - len(axes))
     channels = -1
-    for i, a in enumerate(stored_axis):
-        strides.append(role[4 - rank + a] if shape[a] != 1 else 0)
-        if a == rank - 1:
-            channels = 4 - len(stored_axis) + i
+    for i, a in enumerate(axes):
+        strides.append(own[a] if seen[a] != 1 else 0)
+        if a == len(seen) - 1:
+            channels = 4 - len(axes) + i
     return strides, channels
 
 
+def _operand(node: Node, ctx: LowerContext, k: int) -> tuple[int, tuple[int, ...], list[int], int]:
+    """Input ``k`` of a BATCH_MATMUL: (tensor read, its logical shape, strides, channel axis) as _axis_strides."""
+    t = ctx.input(node, k)
+    shape = ctx.shape(t)
+    seen, perm = ctx.input_transposed(node, k) or (shape, tuple(range(len(shape))))
+    strides, channels = _axis_strides(shape, seen, list(perm))
+    return t, tuple(seen[a] for a in perm), strides, channels
+
+
 def lower_batch_matmul(node: Node, ctx: LowerContext) -> None:
-    """batch_matmul.dialect, reading each operand and writing the result through strides: a TRANSPOSE a pass fused
-    into the read or the write (ctx.input_transposed / output_transposed) is a change of strides."""
-    x, y = ctx.input(node, 0), ctx.input(node, 1)
-    xs, ys = ctx.shape(x), ctx.shape(y)
-    x_axes = list(ctx.input_transposed(node, 0) or range(len(xs)))
-    y_axes = list(ctx.input_transposed(node, 1) or range(len(ys)))
-    (*_, m, n), k = _bmm_dims(node, tuple(xs[a] for a in x_axes), tuple(ys[a] for a in y_axes))
+    """batch_matmul.dialect, reading each operand and writing the result through strides: a TRANSPOSE (and a RESHAPE
+    of the channels) a pass fused into the read or the write (ctx.input_transposed / output_transposed) is a change
+    of strides."""
+    x, xs, x_strides, x_channels = _operand(node, ctx, 0)
+    y, ys, y_strides, y_channels = _operand(node, ctx, 1)
+    (*_, m, n), k = _bmm_dims(node, xs, ys)
     adj_x, adj_y = bool(node.attrs.get("adj_x", False)), bool(node.attrs.get("adj_y", False))
-    x_strides, x_channels = _axis_strides(xs, x_axes)
-    y_strides, y_channels = _axis_strides(ys, y_axes)
     # the logical X[.., m, k] and Y[.., k, n] as axes 2 and 3 of the stored operands
     xm, xk = (3, 2) if adj_x else (2, 3)
     yk, yn = (3, 2) if adj_y else (2, 3)
@@ -891,9 +900,10 @@ def lower_batch_matmul(node: Node, ctx: LowerContext) -> None:
         raise DelegateError(f"{node}: an operand is read through a transpose that moves its channels to a batch axis")
     out = ctx.output(node)
     written = ctx.output_transposed(node)
-    dst, d_axes = (out, list(range(len(ctx.shape(out))))) if written is None else \
-        (written[0], [int(a) for a in np.argsort(written[1])])
-    d_strides, d_channels = _axis_strides(ctx.shape(dst), d_axes)
+    rank = len(ctx.shape(out))
+    dst, seen, d_axes = (out, ctx.shape(out), list(range(rank))) if written is None else \
+        (written[0], written[1], [int(a) for a in np.argsort(written[2])])
+    d_strides, d_channels = _axis_strides(ctx.shape(dst), seen, d_axes)
     if d_channels != 3:
         raise DelegateError(f"{node}: its output is written through a transpose that moves its columns off channels")
     ob, oh, _, _ = bhwc(ctx.shape(out))
@@ -907,7 +917,7 @@ def lower_batch_matmul(node: Node, ctx: LowerContext) -> None:
                         "D_SB": d_strides[0], "D_SH": d_strides[1], "D_SM": d_strides[2], "D_SN": d_strides[3]}
     inputs, consts = {"x": x}, {}
     if ctx.is_const(y):
-        consts["yc"] = ctx.const(f"bmm_rhs:{y}", lambda: to_rows(ctx.const_value(node, y), bhwc(ys)))
+        consts["yc"] = ctx.const(f"bmm_rhs:{y}", lambda: to_rows(ctx.const_value(node, y), ctx.bhwc(y)))
     else:
         inputs["y"] = y
     ctx.kernel("batch_matmul", inputs, {"dst": out}, consts, defines,
