@@ -854,7 +854,6 @@ def lower_fully_connected(node: Node, ctx: LowerContext) -> None:
 
 
 BMM_ROWS = 4  # rows m per work item of batch_matmul.dialect (an X stored with m as channels gives 4 per read)
-BMM_SLICES = 2  # slices of 4 columns n per work item, where there are that many
 
 
 def _axis_strides(shape: tuple[int, ...], seen: tuple[int, ...], axes: list[int]) -> tuple[list[int], int]:
@@ -907,10 +906,7 @@ def lower_batch_matmul(node: Node, ctx: LowerContext) -> None:
     if d_channels != 3:
         raise DelegateError(f"{node}: its output is written through a transpose that moves its columns off channels")
     ob, oh, _, _ = bhwc(ctx.shape(out))
-    per_item = min(BMM_SLICES, slices(n))
-    n_blocks = -(-slices(n) // per_item)
-    defines: Defines = {"M": m, "N": n, "K": k, "TM": BMM_ROWS, "TS": per_item,
-                        "N_BLOCKS": n_blocks, "Y_CONST": int(ctx.is_const(y)),
+    defines: Defines = {"M": m, "N": n, "K": k, "TM": BMM_ROWS, "Y_CONST": int(ctx.is_const(y)),
                         "X_K_VEC": int(x_channels == xk), "Y_N_VEC": int(y_channels == yn),
                         "X_SB": x_strides[0], "X_SH": x_strides[1], "X_SM": x_strides[xm], "X_SK": x_strides[xk],
                         "Y_SB": y_strides[0], "Y_SH": y_strides[1], "Y_SK": y_strides[yk], "Y_SN": y_strides[yn],
@@ -921,7 +917,7 @@ def lower_batch_matmul(node: Node, ctx: LowerContext) -> None:
     else:
         inputs["y"] = y
     ctx.kernel("batch_matmul", inputs, {"dst": out}, consts, defines,
-               (-(-m // BMM_ROWS), oh, ob * n_blocks))
+               (-(-m // BMM_ROWS), oh, ob * slices(n)))
 
 
 MAX_GPU_GROUPS = 8  # up to this many groups a filter runs as a dense one (groups times the work, faster kernels)
