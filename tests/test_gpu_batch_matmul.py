@@ -4,7 +4,8 @@ second operand and fp16 storage; and lowering/fuse_matmul_transpose.py, which fo
 an einsum (attention's heads split off the channels and moved to the front, and back) into the product's reads and
 write: the folded model launches no remap
 kernel and gives LiteRT's answer, nor a reshape kernel where the heads split the channels at a multiple of 4, and
-transposes it cannot fold stay kernels of their own and stay right. Every
+transposes it cannot fold stay kernels of their own and stay right; and lowering/fuse_matmul_softmax.py, which
+computes the scores, their scale and their SOFTMAX in one kernel (batch_matmul_softmax.dialect). Every
 test asserts that the nodes ran on the backend."""
 
 from __future__ import annotations
@@ -85,12 +86,15 @@ def test_batch_matmul_fp16_storage(backend):
 
 
 def attention_model(batch: int, tokens: int, heads: int, head: int, scores_perm: tuple[int, ...] = (0, 2, 3, 1),
-                    also_keys: bool = False, merged: bool = False) -> bytes:
+                    also_keys: bool = False, merged: bool = False, scale: float | None = None, beta: float = 1.0,
+                    also_scores: bool = False, reshaped_scores: str = "") -> bytes:
     """The converter's multi-head attention core from q, k, v of [batch, tokens, heads, head]: scores =
     TRANSPOSE(q, 0213) x TRANSPOSE(k, ``scores_perm``) (0231: keys already transposed for the product; 0213 with
     adj_y), SOFTMAX, x TRANSPOSE(v, 0213), back by TRANSPOSE 0213. ``also_keys``: the transposed keys are an output
     of the model as well. ``merged``: q, k, v come as [batch, tokens, heads * head], RESHAPEd to heads, and the
-    result is RESHAPEd back so."""
+    result is RESHAPEd back so. ``scale``: the scores are multiplied by it before the SOFTMAX (of ``beta``).
+    ``also_scores``: the scores are an output of the model as well. ``reshaped_scores``: "before" / "after" the
+    scale, the scores go through a RESHAPE to their own shape (as the converter writes an open batch)."""
     adj_y = scores_perm == (0, 2, 1, 3)
     mb = ModelBuilder()
     shape = (batch, tokens, heads, head)
@@ -112,7 +116,22 @@ def attention_model(batch: int, tokens: int, heads: int, head: int, scores_perm:
     square = (batch, heads, tokens, tokens)
     scores, probs = mb.tensor("scores", square), mb.tensor("probs", square)
     mb.op("BATCH_MATMUL", [qt, kt], [scores], adj_x=False, adj_y=adj_y)
-    mb.op("SOFTMAX", [scores], [probs], beta=1.0)
+    logits = scores
+
+    def same_shape(where: str) -> None:
+        nonlocal logits
+        if reshaped_scores == where:
+            same = mb.tensor("same", square)
+            mb.op("RESHAPE", [logits, mb.const("square", np.array(square, np.int32))], [same], new_shape=list(square))
+            logits = same
+
+    same_shape("before")
+    if scale is not None:
+        scaled = mb.tensor("scaled", square)
+        mb.op("MUL", [logits, mb.const("scale", np.float32(scale))], [scaled])
+        logits = scaled
+    same_shape("after")
+    mb.op("SOFTMAX", [logits], [probs], beta=beta)
     ctx, out = mb.tensor("ctx", per_head), mb.tensor("out", shape)
     mb.op("BATCH_MATMUL", [probs, vt], [ctx], adj_x=False, adj_y=False)
     mb.op("TRANSPOSE", [ctx, swap], [out])
@@ -121,7 +140,7 @@ def attention_model(batch: int, tokens: int, heads: int, head: int, scores_perm:
         mb.op("RESHAPE", [out, mb.const("out_shape", np.array([batch, tokens, heads * head], np.int32))], [flat_out],
               new_shape=[batch, tokens, heads * head])
         out = flat_out
-    mb.output(out, kt) if also_keys else mb.output(out)
+    mb.output(out, *([kt] if also_keys else []), *([scores] if also_scores else []))
     return mb.build()
 
 
@@ -135,7 +154,7 @@ def test_attention_transposes_fold_into_the_products(backend, batch, tokens, hea
     shape = (batch, tokens, heads, head)
     inputs = [values(shape, 7), values(shape, 8), values(shape, 9)]
     kernels, outs = run_gpu(content, inputs, backend)
-    assert "remap" not in kernels and kernels.count("batch_matmul") == 2, kernels
+    assert kernels == ["batch_matmul_softmax", "batch_matmul"], kernels
     assert_float_close(outs[0], run_litert(content, inputs)[0], 1e-5, what=f"attention {shape} on {backend}")
 
 
@@ -161,6 +180,49 @@ def test_attention_transposes_fold_with_fp16_storage(backend):
     kernels, outs = run_gpu(content, inputs, backend, fp16=True)
     assert "remap" not in kernels, kernels
     assert_float_close(outs[0], run_litert(content, inputs)[0], 1e-2, what=f"fp16 attention on {backend}")
+
+
+@pytest.mark.parametrize("batch, tokens, heads, head, scores_perm, scale, beta", [
+    (1, 64, 4, 16, (0, 2, 3, 1), 0.25, 1.0),   # the ViT block's
+    (2, 9, 3, 13, (0, 2, 3, 1), 0.3, 1.0),     # batch > 1; 9 columns: the last slice has padding lanes
+    (1, 10, 2, 6, (0, 2, 1, 3), None, 0.7),    # keys as rows (adj_y), no MUL, beta != 1
+])
+def test_scores_scale_and_softmax_are_one_kernel(backend, batch, tokens, heads, head, scores_perm, scale, beta):
+    content = attention_model(batch, tokens, heads, head, scores_perm, scale=scale, beta=beta)
+    shape = (batch, tokens, heads, head)
+    inputs = [values(shape, 21), values(shape, 22) * 3, values(shape, 23)]  # scores spread wide: max matters
+    kernels, outs = run_gpu(content, inputs, backend)
+    assert kernels == ["batch_matmul_softmax", "batch_matmul"], kernels
+    assert_float_close(outs[0], run_litert(content, inputs)[0], 1e-5, what=f"scores + softmax {shape} on {backend}")
+
+
+@pytest.mark.parametrize("where", ["before", "after"])
+def test_scores_reshaped_to_their_own_shape_still_one_kernel(backend, where):
+    shape = (2, 9, 2, 8)
+    content = attention_model(*shape, scale=0.35, reshaped_scores=where)
+    inputs = [values(shape, 30), values(shape, 31), values(shape, 32)]
+    kernels, outs = run_gpu(content, inputs, backend)
+    assert kernels == ["batch_matmul_softmax", "batch_matmul"], kernels
+    assert_float_close(outs[0], run_litert(content, inputs)[0], 1e-5, what=f"reshaped scores on {backend}")
+
+
+def test_scores_and_softmax_fp16_storage(backend):
+    shape = (2, 11, 2, 8)
+    content = attention_model(*shape, scale=0.35)
+    inputs = [values(shape, 24), values(shape, 25), values(shape, 26)]
+    kernels, outs = run_gpu(content, inputs, backend, fp16=True)
+    assert kernels == ["batch_matmul_softmax", "batch_matmul"], kernels
+    assert_float_close(outs[0], run_litert(content, inputs)[0], 1e-2, what=f"fp16 scores + softmax on {backend}")
+
+
+def test_scores_read_elsewhere_keep_their_own_softmax(backend):
+    shape = (1, 9, 2, 8)
+    content = attention_model(*shape, scale=0.35, also_scores=True)
+    inputs = [values(shape, 27), values(shape, 28), values(shape, 29)]
+    kernels, outs = run_gpu(content, inputs, backend)
+    assert "batch_matmul_softmax" not in kernels and "softmax" in kernels, kernels
+    for o, r in zip(outs, run_litert(content, inputs)):
+        assert_float_close(o, r, 1e-5, what=f"scores also an output on {backend}")
 
 
 def test_transpose_moving_the_channels_to_a_batch_axis_stays_a_kernel(backend):

@@ -82,6 +82,11 @@ class LowerContext:
         written = self.view.write_transposed.get(node.index)
         return None if written is None else (self.view.final(node.outputs[0]), *written)
 
+    def softmax_after(self, node: Node) -> tuple[float, float] | None:
+        """(scale, beta) when the node's output 0 is to be written as SOFTMAX(output * scale, beta) into
+        ``view.final`` of it (a MUL and a SOFTMAX that a pass dropped), else None."""
+        return self.view.softmax_after.get(node.index)
+
     def shape(self, t: int) -> tuple[int, ...]:
         return tuple(self.view.shapes[t])
 

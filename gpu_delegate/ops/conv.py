@@ -887,7 +887,7 @@ def _operand(node: Node, ctx: LowerContext, k: int) -> tuple[int, tuple[int, ...
 def lower_batch_matmul(node: Node, ctx: LowerContext) -> None:
     """batch_matmul.dialect, reading each operand and writing the result through strides: a TRANSPOSE (and a RESHAPE
     of the channels) a pass fused into the read or the write (ctx.input_transposed / output_transposed) is a change
-    of strides."""
+    of strides. With a scale and SOFTMAX fused after it (ctx.softmax_after), batch_matmul_softmax.dialect."""
     x, xs, x_strides, x_channels = _operand(node, ctx, 0)
     y, ys, y_strides, y_channels = _operand(node, ctx, 1)
     (*_, m, n), k = _bmm_dims(node, xs, ys)
@@ -916,6 +916,12 @@ def lower_batch_matmul(node: Node, ctx: LowerContext) -> None:
         consts["yc"] = ctx.const(f"bmm_rhs:{y}", lambda: to_rows(ctx.const_value(node, y), ctx.bhwc(y)))
     else:
         inputs["y"] = y
+    softmax = ctx.softmax_after(node)
+    if softmax is not None:
+        defines.pop("TM")
+        defines.update({"SCALE": softmax[0], "BETA": softmax[1]})
+        ctx.kernel("batch_matmul_softmax", inputs, {"dst": out}, consts, defines, (m, oh, ob))
+        return
     ctx.kernel("batch_matmul", inputs, {"dst": out}, consts, defines,
                (-(-m // BMM_ROWS), oh, ob * slices(n)))
 
