@@ -206,6 +206,24 @@ def test_scores_reshaped_to_their_own_shape_still_one_kernel(backend, where):
     assert_float_close(outs[0], run_litert(content, inputs)[0], 1e-5, what=f"reshaped scores on {backend}")
 
 
+@pytest.mark.parametrize("adj_x, adj_y", [(True, False), (True, True), (False, False)])
+def test_product_scale_and_softmax_of_any_operand_layout_are_one_kernel(backend, adj_x, adj_y):
+    xs, ys = logical((2, 3, 7, 5), adj_x), logical((2, 1, 5, 10), adj_y)  # 7 rows: the last work item has 3
+    mb = ModelBuilder()
+    x, y = mb.input("x", xs), mb.input("y", ys)
+    z, scaled, p = (mb.tensor(name, (2, 3, 7, 10)) for name in ("z", "scaled", "p"))
+    mb.op("BATCH_MATMUL", [x, y], [z], adj_x=adj_x, adj_y=adj_y)
+    mb.op("MUL", [mb.const("scale", np.float32(0.6)), z], [scaled])
+    mb.op("SOFTMAX", [scaled], [p], beta=1.0)
+    mb.output(p)
+    content = mb.build()
+    inputs = [values(xs, 33), values(ys, 34)]
+    kernels, outs = run_gpu(content, inputs, backend)
+    assert kernels == ["batch_matmul_softmax"], kernels
+    assert_float_close(outs[0], run_litert(content, inputs)[0], 1e-5,
+                       what=f"adj_x={adj_x} adj_y={adj_y} softmax on {backend}")
+
+
 def test_scores_and_softmax_fp16_storage(backend):
     shape = (2, 11, 2, 8)
     content = attention_model(*shape, scale=0.35)

@@ -1,9 +1,11 @@
 """Attention's scores as one kernel: a float BATCH_MATMUL whose result only a MUL by a scalar constant reads, and
 that product's only a SOFTMAX (or the result straight into the SOFTMAX; either may read through a reshape to the
 same shape, which moved nothing), computed with the normalization over each
-row by kernels/dialect/batch_matmul_softmax.dialect: two launches fewer, and the scores never stored. The product
-then writes the SOFTMAX's output (``written_as``) and ``softmax_after`` holds the scale and beta; ops see them
-through LowerContext.softmax_after.
+row by kernels/dialect/batch_matmul_softmax.dialect: one launch instead of two (the MUL was a post-op already). The
+product then writes the SOFTMAX's output (``written_as``) and ``softmax_after`` holds the scale and beta; ops see
+them through LowerContext.softmax_after. The kernel stores the raw scores in its output before it normalizes them,
+so its output must have no post-ops: it has none, as only float tensors take part (no fake-quant step) and the
+SOFTMAX's readers find no producer to fuse into once it is gone (fuse_elementwise runs after this pass).
 """
 
 from __future__ import annotations

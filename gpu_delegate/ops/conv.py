@@ -920,7 +920,7 @@ def lower_batch_matmul(node: Node, ctx: LowerContext) -> None:
     if softmax is not None:
         defines.pop("TM")
         defines.update({"SCALE": softmax[0], "BETA": softmax[1]})
-        ctx.kernel("batch_matmul_softmax", inputs, {"dst": out}, consts, defines, (m, oh, ob))
+        ctx.kernel("batch_matmul_softmax", inputs, {"dst": out}, consts, defines, (-(-m // 4), oh, ob))
         return
     ctx.kernel("batch_matmul", inputs, {"dst": out}, consts, defines,
                (-(-m // BMM_ROWS), oh, ob * slices(n)))
