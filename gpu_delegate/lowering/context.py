@@ -68,6 +68,25 @@ class LowerContext:
     def output(self, node: Node, k: int = 0) -> int:
         return node.outputs[k]
 
+    def input_transposed(self, node: Node, k: int) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+        """(shape, perm) when input slot ``k`` is read as TRANSPOSE(RESHAPE(``input(node, k)``, shape), perm) (a
+        RESHAPE that splits the channels in two and a TRANSPOSE, which a pass dropped), or None when it is read as
+        it is."""
+        return self.view.read_transposed.get((node.index, k))
+
+    def output_transposed(self, node: Node) -> tuple[int, tuple[int, ...], tuple[int, ...]] | None:
+        """(tensor, shape, perm) when the node's output 0 is to be written as TRANSPOSE(output, perm), of ``shape``,
+        reshaped into that tensor (a TRANSPOSE and a RESHAPE that merges the last two axes into the channels, which a
+        pass dropped), else None. Emit the kernel's "dst" as output 0 all the same: the post-ops fused into the node
+        go with it, and the call writes the tensor."""
+        written = self.view.write_transposed.get(node.index)
+        return None if written is None else (self.view.final(node.outputs[0]), *written)
+
+    def softmax_after(self, node: Node) -> tuple[float, float] | None:
+        """(scale, beta) when the node's output 0 is to be written as SOFTMAX(output * scale, beta) into
+        ``view.final`` of it (a MUL and a SOFTMAX that a pass dropped), else None."""
+        return self.view.softmax_after.get(node.index)
+
     def shape(self, t: int) -> tuple[int, ...]:
         return tuple(self.view.shapes[t])
 
@@ -187,7 +206,7 @@ class LowerContext:
             if arg == "dst" and node is not None and t == node.outputs[0]:
                 postops = list(view.postops.get(node.index, []))
             outs[arg] = final
-            self.tensors[final] = bhwc(view.shapes[t])
+            self.tensors[final] = bhwc(view.shapes[final])
         for t in inputs.values():
             self.tensors[t] = bhwc(view.shapes[t])
         for p in postops:

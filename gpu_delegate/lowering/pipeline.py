@@ -4,7 +4,18 @@ from __future__ import annotations
 
 from ..graph import Graph
 from ..phwc4 import bhwc, collapse
-from . import drop_reshape, emit, fold_constants, fuse_elementwise, fuse_layer_norm, memory, merge_pad, pad_channels
+from . import (
+    drop_reshape,
+    emit,
+    fold_constants,
+    fuse_elementwise,
+    fuse_layer_norm,
+    fuse_matmul_softmax,
+    fuse_matmul_transpose,
+    memory,
+    merge_pad,
+    pad_channels,
+)
 from .context import GpuOp, LowerContext
 from .plan import Plan
 from .view import PartitionView, PassResult
@@ -20,7 +31,8 @@ def build_plan(graph: Graph, nodes: list[int], inputs: list[int], outputs: list[
                          list(outputs), ops=dict(ops))
     ctx = LowerContext(view, device_type, max_buffers)
     results: list[PassResult] = [fold_constants.run(view), drop_reshape.run(view), merge_pad.run(view),
-                                 fuse_layer_norm.run(view), pad_channels.run(view),
+                                 fuse_layer_norm.run(view), fuse_matmul_transpose.run(view),
+                                 fuse_matmul_softmax.run(view), pad_channels.run(view),
                                  fuse_elementwise.run(view, quantized, ctx.operand_const, ctx.table_const)]
     pad_channels.restore(view, results[-2])
     results.append(emit.run(view, ctx))

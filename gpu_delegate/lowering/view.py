@@ -32,6 +32,15 @@ class PartitionView:
     postops: dict[int, list[PostOp]] = field(default_factory=dict)  # node -> post-ops fused into its output
     written_as: dict[int, int] = field(default_factory=dict)  # tensor a node writes -> tensor it really writes
     read_as: dict[tuple[int, int], int] = field(default_factory=dict)  # (node, input slot) -> tensor it reads
+    # (node, input slot) -> (shape, perm): the node reads TRANSPOSE(RESHAPE(tensor it reads, shape), perm), the
+    # RESHAPE (which splits the channels) and the TRANSPOSE dropped
+    read_transposed: dict[tuple[int, int], tuple[tuple[int, ...], tuple[int, ...]]] = field(default_factory=dict)
+    # node -> (shape, perm): the node writes its output 0 as TRANSPOSE(output, perm), of that shape, reshaped into
+    # final(output), the TRANSPOSE and the RESHAPE (which merges the last two axes into the channels) dropped
+    write_transposed: dict[int, tuple[tuple[int, ...], tuple[int, ...]]] = field(default_factory=dict)
+    # node -> (scale, beta): the node's output 0 goes through MUL by scale and SOFTMAX(beta) in the node's own kernel,
+    # into final(output), the MUL and the SOFTMAX dropped
+    softmax_after: dict[int, tuple[float, float]] = field(default_factory=dict)
     extra_padding: dict[int, tuple[int, int, int, int]] = field(default_factory=dict)  # node -> t, b, l, r
     aliases: dict[int, int] = field(default_factory=dict)  # tensor -> tensor whose buffer it shares
     # (node, input slot) reading a tensor with fewer channels, the rest read as 0 -> (the PAD dropped, its output)

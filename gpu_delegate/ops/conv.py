@@ -18,10 +18,10 @@ import numpy as np
 
 from ..cpu import conv as K
 from ..cpu.quant import activation_range, dequantize, quantize_multipliers
-from ..errors import ModelError
+from ..errors import DelegateError, ModelError
 from ..graph import ACT_SIGN_BIT, ACT_TANH, Graph, Node, Tensor
 from ..lowering.context import LowerContext
-from ..phwc4 import slices, to_rows
+from ..phwc4 import bhwc, slices, to_rows
 from .base import Defines, Op, as_f32, register, with_const
 from .checks import (
     F32,
@@ -853,20 +853,77 @@ def lower_fully_connected(node: Node, ctx: LowerContext) -> None:
     ctx.kernel("fully_connected", {"src": src}, {"dst": dst}, consts, defines, (ob * oh * ow, s, 1))
 
 
+BMM_ROWS = 4  # rows m per work item of batch_matmul.dialect (an X stored with m as channels gives 4 per read)
+
+
+def _axis_strides(shape: tuple[int, ...], seen: tuple[int, ...], axes: list[int]) -> tuple[list[int], int]:
+    """For an operand whose axis i is axis ``axes[i]`` of a tensor of ``shape`` in PHWC4 seen as ``seen`` (``shape``
+    itself, or ``shape`` with its channels split into groups of seen[-1], a multiple of 4): each axis's stride in
+    vec4 (in slices of 4 for the axis stored as channels; 0 for an axis of size 1, which broadcasts), right-aligned
+    to 4 axes (missing leading axes: 0), and which of the 4 is stored as channels (-1 if none)."""
+    b, h, w, c = bhwc(shape)
+    role = [slices(c) * h * w, w, 1, h * w]  # B, H, W, C (per slice)
+    own = [role[4 - len(shape) + a] for a in range(len(shape))]
+    if tuple(seen) != tuple(shape):
+        own = own[:-1] + [own[-1] * (seen[-1] // 4), own[-1]]
+    strides = [0] * (4 - len(axes))
+    channels = -1
+    for i, a in enumerate(axes):
+        strides.append(own[a] if seen[a] != 1 else 0)
+        if a == len(seen) - 1:
+            channels = 4 - len(axes) + i
+    return strides, channels
+
+
+def _operand(node: Node, ctx: LowerContext, k: int) -> tuple[int, tuple[int, ...], list[int], int]:
+    """Input ``k`` of a BATCH_MATMUL: (tensor read, its logical shape, strides, channel axis) as _axis_strides."""
+    t = ctx.input(node, k)
+    shape = ctx.shape(t)
+    seen, perm = ctx.input_transposed(node, k) or (shape, tuple(range(len(shape))))
+    strides, channels = _axis_strides(shape, seen, list(perm))
+    return t, tuple(seen[a] for a in perm), strides, channels
+
+
 def lower_batch_matmul(node: Node, ctx: LowerContext) -> None:
-    x, y, dst = ctx.input(node, 0), ctx.input(node, 1), ctx.output(node)
-    _, k = _bmm_dims(node, ctx.shape(x), ctx.shape(y))
-    yb, yh, yw, yc = ctx.bhwc(y)
-    defines: Defines = {"K": k, "ADJ_X": int(bool(node.attrs.get("adj_x", False))),
-                        "ADJ_Y": int(bool(node.attrs.get("adj_y", False))), "Y_CONST": int(ctx.is_const(y)),
-                        "Y_B": yb, "Y_H": yh, "Y_W": yw, "Y_C": yc, "Y_S": slices(yc)}
+    """batch_matmul.dialect, reading each operand and writing the result through strides: a TRANSPOSE (and a RESHAPE
+    of the channels) a pass fused into the read or the write (ctx.input_transposed / output_transposed) is a change
+    of strides. With a scale and SOFTMAX fused after it (ctx.softmax_after), batch_matmul_softmax.dialect."""
+    x, xs, x_strides, x_channels = _operand(node, ctx, 0)
+    y, ys, y_strides, y_channels = _operand(node, ctx, 1)
+    (*_, m, n), k = _bmm_dims(node, xs, ys)
+    adj_x, adj_y = bool(node.attrs.get("adj_x", False)), bool(node.attrs.get("adj_y", False))
+    # the logical X[.., m, k] and Y[.., k, n] as axes 2 and 3 of the stored operands
+    xm, xk = (3, 2) if adj_x else (2, 3)
+    yk, yn = (3, 2) if adj_y else (2, 3)
+    if x_channels not in (xm, xk) or y_channels not in (yk, yn):
+        raise DelegateError(f"{node}: an operand is read through a transpose that moves its channels to a batch axis")
+    out = ctx.output(node)
+    written = ctx.output_transposed(node)
+    rank = len(ctx.shape(out))
+    dst, seen, d_axes = (out, ctx.shape(out), list(range(rank))) if written is None else \
+        (written[0], written[1], [int(a) for a in np.argsort(written[2])])
+    d_strides, d_channels = _axis_strides(ctx.shape(dst), seen, d_axes)
+    if d_channels != 3:
+        raise DelegateError(f"{node}: its output is written through a transpose that moves its columns off channels")
+    ob, oh, _, _ = bhwc(ctx.shape(out))
+    defines: Defines = {"M": m, "N": n, "K": k, "TM": BMM_ROWS, "Y_CONST": int(ctx.is_const(y)),
+                        "X_K_VEC": int(x_channels == xk), "Y_N_VEC": int(y_channels == yn),
+                        "X_SB": x_strides[0], "X_SH": x_strides[1], "X_SM": x_strides[xm], "X_SK": x_strides[xk],
+                        "Y_SB": y_strides[0], "Y_SH": y_strides[1], "Y_SK": y_strides[yk], "Y_SN": y_strides[yn],
+                        "D_SB": d_strides[0], "D_SH": d_strides[1], "D_SM": d_strides[2], "D_SN": d_strides[3]}
     inputs, consts = {"x": x}, {}
     if ctx.is_const(y):
-        consts["yc"] = ctx.const(f"bmm_rhs:{y}", lambda: to_rows(ctx.const_value(node, y), (yb, yh, yw, yc)))
+        consts["yc"] = ctx.const(f"bmm_rhs:{y}", lambda: to_rows(ctx.const_value(node, y), ctx.bhwc(y)))
     else:
         inputs["y"] = y
-    ob, oh, ow, oc = ctx.bhwc(dst)
-    ctx.kernel("batch_matmul", inputs, {"dst": dst}, consts, defines, (ow, oh, ob * slices(oc)))
+    softmax = ctx.softmax_after(node)
+    if softmax is not None:
+        defines.pop("TM")
+        defines.update({"SCALE": softmax[0], "BETA": softmax[1]})
+        ctx.kernel("batch_matmul_softmax", inputs, {"dst": out}, consts, defines, (-(-m // 4), oh, ob))
+        return
+    ctx.kernel("batch_matmul", inputs, {"dst": out}, consts, defines,
+               (-(-m // BMM_ROWS), oh, ob * slices(n)))
 
 
 MAX_GPU_GROUPS = 8  # up to this many groups a filter runs as a dense one (groups times the work, faster kernels)
