@@ -126,12 +126,14 @@ def test_quantized_codes_to_device(backend, precision, dtype, scale, zero_point)
 @pytest.mark.parametrize("precision", ["fp32", "fp16"])
 @pytest.mark.parametrize("shape", [(2, 1, 1, 7), (1, 5, 3, 3), (2, 3, 4, 13), (1, 1, 1, 16), (2, 2, 2, 4),
                                    (1, 40, 30, 15), (1, 1, 1, 20001), (3, 1, 1, 8000), (1, 90, 70, 4),
-                                   (2, 1, 1, 9001), (1, 90, 70, 3)])
+                                   (2, 1, 1, 9001), (1, 90, 70, 3), (2, 30, 40, 12), (2, 60, 40, 1),
+                                   (1, 80, 60, 2), (2, 35, 31, 7)])
 def test_invoke_routes(backend, precision, shape):
     """Backend.invoke: inputs in through their routes, a kernel, outputs back, in one trip with one wait at the
     end. Small tensors are reordered on the host and written straight into the tensor; large ones that PHWC4
     stores in their own order too ((1, 1, 1, 20001), (3, 1, 1, 8000), (1, 90, 70, 4)); the other large ones
-    through the conversion kernels. The tensors held other values before, padding channels included: the
+    through the conversion kernels (whole slices, and 1, 2, 3 or 7 channels whose vec4s span pixels and
+    batches). The tensors held other values before, padding channels included: the
     route writes those zeros too."""
     rng = np.random.default_rng(sum(shape))
     b, h, w, c = shape
@@ -147,7 +149,8 @@ def test_invoke_routes(backend, precision, shape):
     bound = backend.bind([(backend.compile(spec), [xb, wb, yb])])
     route_in = backend.input_route(xb, shape)
     routes_out = [backend.output_route(yb, shape), backend.output_route(xb, shape)]
-    converted = shape in [(1, 40, 30, 15), (2, 1, 1, 9001), (1, 90, 70, 3)]
+    converted = shape in [(1, 40, 30, 15), (2, 1, 1, 9001), (1, 90, 70, 3), (2, 30, 40, 12), (2, 60, 40, 1),
+                          (1, 80, 60, 2), (2, 35, 31, 7)]
     assert bool(route_in.convert) == converted and bool(routes_out[0].convert) == converted
     for k in range(2):  # the second invoke reuses what the first set up
         x = x + k
