@@ -150,3 +150,18 @@ def test_declines_a_tensor_operand():
     mb.output(out)
     (why,) = declined(mb.build())
     assert "reads more than one computed tensor" in why, why
+
+
+def test_declines_past_the_buffer_limit():
+    """A device binding at most 5 buffers: the convolution (src, dst, filter, bias) and the chain's two constants
+    would need 6."""
+    content, _ = bn_conv(1, 8, 4)
+    graph = read_model(content).main
+    ops = {n.index: get_op(n.op) for n in graph.nodes}
+    view = PartitionView(graph, [n.index for n in graph.nodes], {t.index: t.shape for t in graph.tensors},
+                         list(graph.inputs), list(graph.outputs), ops=ops)  # type: ignore[arg-type]
+    fuse_elementwise.run(view, True, lambda t, mode: f"c{t}", lambda n, rows: f"lut{n}")
+    result = fuse_input_chain.run(view, lambda t, mode: f"c{t}", lambda n, rows: f"lut{n}", max_buffers=5)
+    (why,) = result.declined
+    assert "more than the device's 5 buffers" in why, why
+    assert fuse_input_chain.run(view, lambda t, mode: f"c{t}", lambda n, rows: f"lut{n}", max_buffers=6).applied

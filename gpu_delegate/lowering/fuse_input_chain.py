@@ -26,7 +26,10 @@ from .view import PartitionView, PassResult
 READ_OPERANDS = (None, "channel", "scalar")
 
 
-def run(view: PartitionView, const_key: ConstKey, table_key: TableKey) -> PassResult:
+def run(view: PartitionView, const_key: ConstKey, table_key: TableKey, max_buffers: int | None = None
+        ) -> PassResult:
+    """``max_buffers``: the most buffers one kernel may bind (the device's limit; None: no limit), which the
+    convolution's own, its post-ops' operands and the chain's operands must fit together."""
     result = PassResult("fuse_input_chain")
     graph = view.graph
     readers, names, outputs = view.readers(), view.buffer_names(), set(view.outputs)
@@ -42,6 +45,8 @@ def run(view: PartitionView, const_key: ConstKey, table_key: TableKey) -> PassRe
             continue  # not a chain ending at a convolution: nothing to consider
         conv = users[0]
         why_not, steps, src = _chain(view, n, expr, out, conv, leaves, const_key, table_key)
+        if not why_not and max_buffers is not None and _buffers(view, conv, steps) > max_buffers:
+            why_not = f"the convolution would bind more than the device's {max_buffers} buffers"
         if why_not:
             result.declined.append(f"{node} into {graph.nodes[conv]}: {why_not}")
             continue
@@ -80,6 +85,13 @@ def _chain(view: PartitionView, n: int, expr: str, out: int, conv: int, leaves: 
     if why:
         return why, [], -1
     return "", steps, src
+
+
+def _buffers(view: PartitionView, conv: int, steps: list[PostOp]) -> int:
+    """Buffers the fused convolution binds: src, dst, filter, bias, its post-ops' operands, the chain's."""
+    ins = view.node_inputs(conv)
+    own = 3 + int(len(ins) > 2 and ins[2] >= 0)
+    return own + sum(p.source is not None for p in [*view.postops.get(conv, []), *steps])
 
 
 def _flat_conv(view: PartitionView, graph: Graph, conv: int) -> str:
