@@ -13,6 +13,8 @@ it), every step of it reads nothing but a per-slice or scalar constant (expr) or
 its input has its output's shape, its result is read by exactly one node and by nothing outside the partition or
 through a dropped reshape, and that node is a CONV_2D with a constant filter of a 1x1 window at stride 1 that
 reads it as its input (the flat conv2d_1x1 kernel, which carries the chain); declined otherwise, with the reason.
+A chain that fuse_elementwise fused into a CONCATENATION moves on to such a convolution the same way, so that the
+concatenation is a plain join again (one place_concat can drop).
 """
 
 from __future__ import annotations
@@ -36,6 +38,9 @@ def run(view: PartitionView, const_key: ConstKey, table_key: TableKey, max_buffe
     fused: set[int] = set()
     for n in view.nodes:
         node = graph.nodes[n]
+        if node.op == "CONCATENATION":
+            _move_from_concat(view, n, readers, names, outputs, max_buffers, result)
+            continue
         expr = view.op(n).gpu_expr(node, graph)
         if expr is None or len(node.outputs) != 1:
             continue
@@ -56,6 +61,50 @@ def run(view: PartitionView, const_key: ConstKey, table_key: TableKey, max_buffe
         result.applied.append(f"fused {node} into the input read of {graph.nodes[conv]}")
     view.nodes = [n for n in view.nodes if n not in fused]
     return result
+
+
+def _move_from_concat(view: PartitionView, n: int, readers: dict[int, list[int]], names: dict[int, set[int]],
+                      outputs: set[int], max_buffers: int | None, result: PassResult) -> None:
+    """A chain fuse_elementwise fused into a CONCATENATION (its sole reader) moves on to the 1x1 convolution that
+    reads the chain's result, where the same conditions hold: the concatenation is then a plain join, which
+    place_concat may drop (DenseNet's transition layers: BN -> ReLU -> 1x1 conv on a dense block's whole map).
+    The concatenation's own steps (its fake-quant step) stay with it."""
+    graph = view.graph
+    node = graph.nodes[n]
+    out = node.outputs[0]
+    steps = view.postops.get(n, [])
+    own = 0
+    while own < len(steps) and steps[own].node == n:
+        own += 1
+    chain = steps[own:]
+    end = view.final(out)
+    if not chain or end == out:
+        return
+    users, leaves = view.buffer_readers(end, readers, names, outputs)
+    if len(users) != 1 or graph.nodes[users[0]].op != "CONV_2D":
+        return
+    conv = users[0]
+    why_not = ""
+    if leaves:
+        why_not = "its result is needed outside the partition"
+    elif any(p.kind not in ("expr", "fake_quant") or p.operand not in READ_OPERANDS for p in chain):
+        why_not = "a step of the chain needs more than a per-slice constant"
+    elif view.node_inputs(conv)[0] != end or end in view.node_inputs(conv)[1:]:
+        why_not = "the convolution reads it other than as its input"
+    else:
+        why_not = _flat_conv(view, graph, conv)
+    if not why_not and max_buffers is not None and _buffers(view, conv, chain) > max_buffers:
+        why_not = f"the convolution would bind more than the device's {max_buffers} buffers"
+    if why_not:
+        result.declined.append(f"the chain fused into {node}, into {graph.nodes[conv]}: {why_not}")
+        return
+    view.preops[conv] = chain
+    view.postops[n] = steps[:own]
+    view.read_as[(conv, 0)] = out
+    t = out
+    while t in view.written_as:  # the concatenation writes its own output again
+        t = view.written_as.pop(t)
+    result.applied.append(f"moved the chain fused into {node} to the input read of {graph.nodes[conv]}")
 
 
 def _chain(view: PartitionView, n: int, expr: str, out: int, conv: int, leaves: bool, const_key: ConstKey,
