@@ -487,7 +487,6 @@ def plan_from_json(d: dict[str, Any], blobs: dict[str, bytes]) -> Plan:
     for k in d["kernels"]:
         k = dict(k)
         k["postops"] = [PostOp(**p) for p in k["postops"]]
-        k["preops"] = [PostOp(**p) for p in k.get("preops", [])]
         k["grid"] = tuple(k["grid"])
         k["local_size"] = tuple(k["local_size"]) if k["local_size"] is not None else None
         kernels.append(KernelCall(**k))

@@ -22,7 +22,7 @@ from .backends.base import (
     device_fingerprint,
     local_size_candidates,
 )
-from .backends.codegen import API_LANGUAGE, Arg, KernelSpec, load_kernel, render_postops, render_preops
+from .backends.codegen import API_LANGUAGE, Arg, KernelSpec, load_kernel, render_postops
 from .cache import fingerprint, partition_parts
 from .errors import DelegateError
 from .graph import Graph
@@ -90,20 +90,11 @@ def kernel_spec(call: KernelCall, plan: Plan, precision: str,
         elif p.source is not None:
             args.append(Arg(f"p{k}", "in", plan.tensors[p.source], tensor_storage(p.source), plan.placement(p.source)))
             binds.append(("t", p.source))
-    for k, p in enumerate(call.preops):
-        if isinstance(p.source, str):
-            args.append(Arg(f"q{k}", "const", precision=const_storage(p.source)))
-            binds.append(("c", p.source))
     postop_arg, wide = None, False
     if call.postops:
         text, wide = render_postops(call.postops, plan.tensors[call.outputs["dst"]][3], language)
         helpers, postop_arg = helpers + text, "dst"
-    defines = dict(call.defines)
-    if call.preops:  # called by the body alone, so it may follow the file's helpers
-        fake_quant_there = any(p.kind == "fake_quant" for p in call.postops)
-        helpers += render_preops(call.preops, fake_quant_there)
-        defines["HAS_PREOP"] = 1
-    spec = KernelSpec(call.kernel, body, args, call.grid, defines, helpers=helpers,
+    spec = KernelSpec(call.kernel, body, args, call.grid, dict(call.defines), helpers=helpers,
                       precision=precision, local_size=call.local_size, postop_arg=postop_arg, wide_postop=wide)
     return spec, binds
 

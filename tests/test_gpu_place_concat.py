@@ -37,12 +37,11 @@ def placed_notes(it: gd.Interpreter) -> list[str]:
     return [n for n in plan_of(it).notes if "written in place" in n]
 
 
-def dense_block(batch: int, c0: int, growth: int, layers: int, seed: int = 0, part_out: bool = False,
-                transition: bool = False) -> tuple[bytes, list[np.ndarray]]:
+def dense_block(batch: int, c0: int, growth: int, layers: int, seed: int = 0, part_out: bool = False
+                ) -> tuple[bytes, list[np.ndarray]]:
     """x -> 1x1 conv (c0 channels) -> ``layers`` dense layers (per-channel MUL, ADD, RELU -> 1x1 conv RELU -> 3x3
     conv to ``growth`` channels, joined onto the map) -> 1x1 conv. ``part_out``: the first layer's output is an
-    output of the model too. ``transition``: the last 1x1 conv reads the map through a per-channel MUL, ADD, RELU
-    (DenseNet's transition layer), which fuse_elementwise fuses into the last concatenation."""
+    output of the model too."""
     rng = np.random.default_rng(seed)
     mb = ModelBuilder()
     h, w = 7, 6
@@ -70,13 +69,6 @@ def dense_block(batch: int, c0: int, growth: int, layers: int, seed: int = 0, pa
         joined = mb.tensor(f"concat{k}", (batch, h, w, c + growth))
         mb.op("CONCATENATION", [cur, part], [joined], axis=3)
         cur, c = joined, c + growth
-    if transition:
-        scale = mb.const("head_scale", rng.uniform(0.5, 1.5, c).astype(np.float32))
-        shift = mb.const("head_shift", rng.standard_normal(c).astype(np.float32) * 0.2)
-        mul = mb.tensor("head_mul", (batch, h, w, c))
-        mb.op("MUL", [cur, scale], [mul])
-        cur = mb.tensor("head_add", (batch, h, w, c))
-        mb.op("ADD", [mul, shift], [cur], fused_activation_function="RELU")
     mb.output(conv(cur, c, 6, 1, "head"), *([first_part] if part_out else []))
     return mb.build(), [rng.standard_normal((batch, h, w, 5)).astype(np.float32)]
 
@@ -98,19 +90,6 @@ def test_dense_block(backend, fp16, batch, c0, growth, layers, placed):
     assert len(placed_notes(it)) == placed, plan_of(it).notes
     concat_kernels = sum(k.kernel == "concat" for k in plan_of(it).kernels)
     assert concat_kernels == layers - placed
-
-
-@pytest.mark.parametrize("batch", [1, 2])
-def test_dense_block_and_transition(backend, batch):
-    """The transition's chain, fused into the last concatenation, moves to the 1x1 conv that reads it
-    (fuse_input_chain): every concatenation is placed and no kernel of the block copies."""
-    content, inputs = dense_block(batch, 8, 4, 3, transition=True)
-    ref = run_litert(content, inputs)
-    outs, it = gpu_run(content, inputs, backend)
-    assert_float_close(outs[0], ref[0], 2e-5, what=f"{backend} output")
-    assert len(placed_notes(it)) == 3, plan_of(it).notes
-    assert any("moved the chain fused into" in n for n in plan_of(it).notes), plan_of(it).notes
-    assert {k.kernel for k in plan_of(it).kernels} == {"conv2d", "conv2d_1x1"}
 
 
 def test_part_leaving_the_partition(backend):

@@ -580,19 +580,3 @@ def render_postops(postops: list[PostOp], dst_channels: int, language: str | Non
             lines.append("  " + _postop_step(k, p, "float16", e or "", operand))
         lines += ["  return v;", "}"]
     return "\n".join(lines) + "\n", has_wide
-
-
-def render_preops(preops: list[PostOp], fake_quant_defined: bool = False) -> str:
-    """``FLT4 preop(FLT4 v, int s BUFS_DECL)``: the steps applied to a vec4 of slice s that a kernel reads from its
-    input before it uses it (KernelCall.preops; their operands are arguments q0, q1, ... in order, constants read
-    by slice or as a scalar). ``fake_quant_defined``: the post-ops' text defines fake_quant already."""
-    lines = [kernel_text("dialect/fake_quant.inc.dialect")] \
-        if any(p.kind == "fake_quant" for p in preops) and not fake_quant_defined else []
-    lines.append("FLT4 preop(FLT4 v, int s BUFS_DECL) {")
-    for k, p in enumerate(preops):
-        if p.kind not in ("expr", "fake_quant") or p.operand not in (None, "channel", "scalar"):
-            raise ValueError(f"input step {k} ({p.kind}, operand {p.operand}) is not one a kernel applies as it reads")
-        operand = f"q{k}_read({_OPERAND_INDEX[p.operand]})" if p.operand is not None else ""
-        lines.append("  " + _postop_step(k, p, "FLT4", p.expr, operand))
-    lines += ["  return v;", "}"]
-    return "\n".join(lines) + "\n"

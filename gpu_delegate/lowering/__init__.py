@@ -6,7 +6,6 @@
     fuse_layer_norm   a float LayerNormalization chain over the channels as one kernel
     pad_channels      a PAD of zero channels read by an elementwise node: its post-op reads the channels as 0
     fuse_elementwise  activations and elementwise chains folded into their producer; fake-quant steps
-    fuse_input_chain  a per-channel elementwise chain applied by the 1x1 convolution reading its result, as it reads
     place_concat      the parts of a channel concatenation written in place by their producers
     emit              each remaining node lowered to kernel calls by its op (context.LowerContext)
     memory            buffers shared between tensors whose lifetimes do not overlap

@@ -9,7 +9,6 @@ from . import (
     emit,
     fold_constants,
     fuse_elementwise,
-    fuse_input_chain,
     fuse_layer_norm,
     memory,
     merge_pad,
@@ -34,7 +33,6 @@ def build_plan(graph: Graph, nodes: list[int], inputs: list[int], outputs: list[
                                  fuse_layer_norm.run(view), pad_channels.run(view),
                                  fuse_elementwise.run(view, quantized, ctx.operand_const, ctx.table_const)]
     pad_channels.restore(view, results[-2])
-    results.append(fuse_input_chain.run(view, ctx.operand_const, ctx.table_const, max_buffers))
     results.append(place_concat.run(view))
     results.append(emit.run(view, ctx))
     for t in inputs + outputs:

@@ -91,10 +91,6 @@ class KernelCall:
     # language -> a kernel written in that API's own language that runs instead on that API, with the same
     # arguments, defines and grid: {"opencl": "conv2d"} runs kernels/opencl/conv2d.cl on OpenCL
     variants: dict[str, str] = field(default_factory=dict)
-    # elementwise steps applied to each vec4 the kernel reads from "src" (at its slice s) before it uses it: a
-    # per-channel chain fused into the convolution that reads its result (lowering/fuse_input_chain.py). Their
-    # operands are constants read per slice or as a scalar.
-    preops: list[PostOp] = field(default_factory=list)
 
     def source(self, language: str | None) -> tuple[str, str]:
         """(language, kernel name) of the file this call runs on a backend of ``language`` ("opencl", "glsl")."""

@@ -34,8 +34,6 @@ class PartitionView:
     read_as: dict[tuple[int, int], int] = field(default_factory=dict)  # (node, input slot) -> tensor it reads
     extra_padding: dict[int, tuple[int, int, int, int]] = field(default_factory=dict)  # node -> t, b, l, r
     aliases: dict[int, int] = field(default_factory=dict)  # tensor -> tensor whose buffer it shares
-    # node -> the elementwise steps its kernel applies to what it reads from its input 0 (fuse_input_chain.py)
-    preops: dict[int, list[PostOp]] = field(default_factory=dict)
     # tensor -> (the concatenation it is a part of, its first slice there): written in place (place_concat.py)
     placed: dict[int, tuple[int, int]] = field(default_factory=dict)
     # (node, input slot) reading a tensor with fewer channels, the rest read as 0 -> (the PAD dropped, its output)

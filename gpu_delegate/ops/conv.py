@@ -18,7 +18,7 @@ import numpy as np
 
 from ..cpu import conv as K
 from ..cpu.quant import activation_range, dequantize, quantize_multipliers
-from ..errors import DelegateError, ModelError
+from ..errors import ModelError
 from ..graph import ACT_SIGN_BIT, ACT_TANH, Graph, Node, Tensor
 from ..lowering.context import LowerContext
 from ..phwc4 import slices, to_rows
@@ -740,12 +740,8 @@ def emit_conv(ctx: LowerContext, node: Node, src: int, dst: int, bias: int, w_ke
         pix_blocks = -(-ob * oh * ow // block_x)
         defines["PIX_BLOCKS"] = pix_blocks
         grid = (min(pix_blocks, FLAT_ROW), -(-pix_blocks // FLAT_ROW), blocks)
-        call = ctx.kernel("conv2d_1x1", {"src": src}, {"dst": dst}, consts, defines, grid,
-                          variants={"opencl": "conv2d_1x1"})
-        call.preops = list(ctx.view.preops.get(node.index, []))
+        ctx.kernel("conv2d_1x1", {"src": src}, {"dst": dst}, consts, defines, grid, variants={"opencl": "conv2d_1x1"})
         return
-    if node.index in ctx.view.preops:
-        raise DelegateError(f"{node}: an input chain was fused into a convolution that is not a flat 1x1 one")
     masked = pt > 0 or pl > 0 or (oh - 1) * sh - pt + (kh - 1) * dh >= h or (ow - 1) * sw - pl + (kw - 1) * dw >= w
     defines.update({"KH": kh, "KW": kw, "SH": sh, "SW": sw, "DH": dh, "DW": dw, "PT": pt, "PL": pl,
                     "DST_BLOCKS": blocks, "MASKED": int(masked)})

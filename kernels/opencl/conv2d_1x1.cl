@@ -28,12 +28,8 @@ for (int p0 = pb * BLOCK_X; p0 < (pb + 1) * BLOCK_X; p0 += CHUNK) {
   for (int s = 0; s < src_S; s++, wi += 4 * BLOCK_S) {
 #pragma unroll
     for (int p = 0; p < CHUNK; p++) {
-#ifdef HAS_PREOP  // the input's elementwise chain (KernelCall.preops), on each vec4 as it is read
-      acc[p] = wide_step4(acc[p], preop(src_read(base[p] / 4 + SRC_PLANE * s), s BUFS), s, wi BUFS);
-#else
       long i = (long)base[p] + (long)(4 * SRC_PLANE) * s;  // 64-bit: no sign extension per load
       acc[p] = wide_step(acc[p], i, 1.0f, s, wi BUFS);
-#endif
     }
   }
 #pragma unroll

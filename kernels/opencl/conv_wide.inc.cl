@@ -39,15 +39,6 @@ __attribute__((always_inline)) inline ACCV wide_step(ACCV acc, long i, float m, 
   return acc;
 }
 
-// wide_step4(acc, x, s, wi): wide_step of input slice s given as its 4 values x (read and transformed already)
-__attribute__((always_inline)) inline ACCV wide_step4(ACCV acc, float4 x, int s, int wi BUFS_DECL) {
-  acc = FMA((ACCV)(x.s0), ROWS(wi), acc);
-  if (LANE_USED(s, 1)) acc = FMA((ACCV)(x.s1), ROWS(wi + BLOCK_S), acc);
-  if (LANE_USED(s, 2)) acc = FMA((ACCV)(x.s2), ROWS(wi + 2 * BLOCK_S), acc);
-  if (LANE_USED(s, 3)) acc = FMA((ACCV)(x.s3), ROWS(wi + 3 * BLOCK_S), acc);
-  return acc;
-}
-
 __attribute__((always_inline)) inline ACCV conv_finish_wide(ACCV v, int os BUFS_DECL) {
 #if HAS_BIAS
   v = v + BIAS_ROWS(os);
