@@ -166,7 +166,7 @@ def declined(content: bytes) -> list[str]:
 
 
 def two_convs_joined(axis: int = 3, act: str = "NONE", twice: bool = False, const_part: bool = False,
-                     relu_after: bool = False) -> bytes:
+                     relu_after: bool = False, part_read_elsewhere: bool = False, add_after: bool = False) -> bytes:
     mb = ModelBuilder()
     x = mb.input("x", (1, 4, 4, 3))
     parts = []
@@ -186,6 +186,13 @@ def two_convs_joined(axis: int = 3, act: str = "NONE", twice: bool = False, cons
     if relu_after:
         out = mb.tensor("relu", shape)
         mb.op("RELU", [joined], [out])
+    if add_after:
+        out = mb.tensor("add", shape)
+        mb.op("ADD", [joined, mb.const("shift", np.ones(shape[-1], np.float32))], [out])
+    if part_read_elsewhere:
+        extra = mb.tensor("extra", (1, 4, 4, 4))
+        mb.op("RELU", [parts[0]], [extra])
+        mb.output(extra)
     mb.output(out)
     return mb.build()
 
@@ -195,12 +202,53 @@ def two_convs_joined(axis: int = 3, act: str = "NONE", twice: bool = False, cons
     ({"act": "RELU"}, "a fused activation"),
     ({"twice": True}, "joined more than once"),
     ({"const_part": True}, "is a constant"),
-    ({"relu_after": True}, "an elementwise step is fused after it"),
+    ({"relu_after": True, "part_read_elsewhere": True}, "read elsewhere too"),
+    ({"add_after": True}, "an elementwise step with an operand"),
 ])
 def test_declines(case, reason):
     (why,) = declined(two_convs_joined(**case))
     assert reason in why, why
 
 
-def test_fires_on_two_convs():
-    assert declined(two_convs_joined()) == []
+@pytest.mark.parametrize("case", [{}, {"relu_after": True}])
+def test_fires_on_two_convs(case):
+    assert declined(two_convs_joined(**case)) == []
+
+
+def joined_then_relu(batch: int, channels: tuple[int, int], seed: int = 4) -> tuple[bytes, list[np.ndarray]]:
+    """x -> two 3x3 convs (read by the concatenation alone) -> CONCATENATION -> RELU6 -> 1x1 conv: the RELU6,
+    fused after the concatenation, goes into each part's producer."""
+    rng = np.random.default_rng(seed)
+    mb = ModelBuilder()
+    h, w = 5, 7
+    x = mb.input("x", (batch, h, w, 3))
+    parts = []
+    for k, c in enumerate(channels):
+        y = mb.tensor(f"y{k}", (batch, h, w, c))
+        mb.op("CONV_2D", [x, mb.const(f"w{k}", rng.standard_normal((c, 3, 3, 3)).astype(np.float32)),
+                          mb.const(f"b{k}", rng.standard_normal(c).astype(np.float32))], [y], **SAME1)
+        parts.append(y)
+    total = sum(channels)
+    joined = mb.tensor("joined", (batch, h, w, total))
+    mb.op("CONCATENATION", parts, [joined], axis=3)
+    relu = mb.tensor("relu6", (batch, h, w, total))
+    mb.op("RELU6", [joined], [relu])
+    out = mb.tensor("out", (batch, h, w, 4))
+    mb.op("CONV_2D", [relu, mb.const("wo", rng.standard_normal((4, 1, 1, total)).astype(np.float32)),
+                      mb.const("bo", np.zeros(4, np.float32))], [out], **SAME1)
+    mb.output(out)
+    return mb.build(), [rng.standard_normal((batch, h, w, 3)).astype(np.float32)]
+
+
+@pytest.mark.parametrize("fp16", [False, True])
+@pytest.mark.parametrize("batch, channels", [(1, (8, 4)), (2, (4, 7))])
+def test_activation_after_the_join(backend, fp16, batch, channels):
+    content, inputs = joined_then_relu(batch, channels)
+    if fp16:
+        inputs = [x.astype(np.float16).astype(np.float32) for x in inputs]
+    (ref,) = run_litert(content, inputs)
+    (out,), it = gpu_run(content, inputs, backend, fp16)
+    assert_float_close(out, ref, 2e-2 if fp16 else 2e-5, what=f"{backend} output")
+    notes = placed_notes(it)
+    assert len(notes) == 1 and "each applying the" in notes[0], plan_of(it).notes
+    assert {k.kernel for k in plan_of(it).kernels} == {"conv2d", "conv2d_1x1"}
