@@ -5,8 +5,8 @@ A dense block (DenseNet) joins a growing feature map with each layer's output, c
 concatenation: copied each time, the traffic grows with the square of the block's depth. In the slice layout
 (PHWC4: ``[b][slice][h][w]``) a part whose channels start at a multiple of 4 is a run of whole slices, so a part
 stays readable as itself (codegen maps its accesses: ``Arg.placed``) while it lies inside the joined tensor, and
-a concatenation that is itself a part places its parts further in: a whole block lands in one buffer. TFLite's
-GPU delegate and XNNPACK do the same.
+a concatenation that is itself a part places its parts further in: a whole block lands in one buffer. On PoCL the
+gain is mostly the dispatches saved (about 0.1 ms each on this 2-core host under load), more than the bytes.
 
 A concatenation is declined (with the reason) unless: it joins along the channels, without a fused activation; its
 own fake-quant step (8-bit) is the identity, every part being on the output's grid already; the steps
