@@ -470,6 +470,7 @@ def plan_to_json(plan: Plan) -> dict[str, Any]:
         "kernels": [asdict(k) for k in plan.kernels],
         "inputs": plan.inputs, "outputs": plan.outputs,
         "aliases": [[a, b] for a, b in plan.aliases.items()],
+        "placed": [[a, b, first] for a, (b, first) in plan.placed.items()],
         "buffer_of": [[a, b] for a, b in plan.buffer_of.items()],
         "buffer_sizes": plan.buffer_sizes, "nodes": plan.nodes, "notes": plan.notes, "tuned": plan.tuned,
         "fp32_tensors": sorted(plan.fp32_tensors), "fp32_consts": sorted(plan.fp32_consts),
@@ -491,6 +492,7 @@ def plan_from_json(d: dict[str, Any], blobs: dict[str, bytes]) -> Plan:
         kernels.append(KernelCall(**k))
     return Plan(tensors={int(t): tuple(s) for t, s in d["tensors"]}, consts=consts, kernels=kernels,
                 inputs=list(d["inputs"]), outputs=list(d["outputs"]), aliases={int(a): int(b) for a, b in d["aliases"]},
+                placed={int(a): (int(b), int(first)) for a, b, first in d.get("placed", [])},
                 buffer_of={int(a): int(b) for a, b in d["buffer_of"]}, buffer_sizes=list(d["buffer_sizes"]),
                 nodes=list(d["nodes"]), notes=list(d["notes"]), tuned=bool(d["tuned"]),
                 fp32_tensors={int(t) for t in d["fp32_tensors"]}, fp32_consts=set(d["fp32_consts"]),

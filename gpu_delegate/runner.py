@@ -75,10 +75,10 @@ def kernel_spec(call: KernelCall, plan: Plan, precision: str,
         return "fp32" if key in plan.fp32_consts else precision
 
     for name, t in call.inputs.items():
-        args.append(Arg(name, "in", plan.tensors[t], tensor_storage(t)))
+        args.append(Arg(name, "in", plan.tensors[t], tensor_storage(t), plan.placement(t)))
         binds.append(("t", t))
     for name, t in call.outputs.items():
-        args.append(Arg(name, "out", plan.tensors[t], tensor_storage(t)))
+        args.append(Arg(name, "out", plan.tensors[t], tensor_storage(t), plan.placement(t)))
         binds.append(("t", t))
     for name, key in call.consts.items():
         args.append(Arg(name, "const", precision=const_storage(key)))
@@ -88,7 +88,7 @@ def kernel_spec(call: KernelCall, plan: Plan, precision: str,
             args.append(Arg(f"p{k}", "const", precision=const_storage(p.source)))
             binds.append(("c", p.source))
         elif p.source is not None:
-            args.append(Arg(f"p{k}", "in", plan.tensors[p.source], tensor_storage(p.source)))
+            args.append(Arg(f"p{k}", "in", plan.tensors[p.source], tensor_storage(p.source), plan.placement(p.source)))
             binds.append(("t", p.source))
     postop_arg, wide = None, False
     if call.postops:

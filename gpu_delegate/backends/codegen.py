@@ -51,12 +51,16 @@ class Arg:
     role: "in" (read), "out" (read and write) or "const" (read; weights prepared once).
     shape: BHWC geometry of a PHWC4 tensor, or None for a plain buffer of vec4 (weights, raw data).
     precision: storage precision of this buffer; None takes the spec's.
+    placed: (first slice, slices) where the tensor is a run of slices of a larger PHWC4 tensor of the same B, H
+    and W that the buffer holds (a concatenation its producers write in place, lowering/place_concat.py): every
+    access maps the tensor's own index there. None: the tensor is the buffer's, from index 0.
     """
 
     name: str
     role: str
     shape: tuple[int, int, int, int] | None = None
     precision: str | None = None
+    placed: tuple[int, int] | None = None
 
     def __post_init__(self) -> None:
         _check_name(self.name, "argument name")
@@ -69,6 +73,12 @@ class Arg:
             if len(shape) != 4 or min(shape) < 1:
                 raise ValueError(f"argument {self.name!r}: shape {self.shape} is not a BHWC shape of positive sizes")
             object.__setattr__(self, "shape", shape)
+        if self.placed is not None:
+            first, total = (int(v) for v in self.placed)
+            if self.shape is None or first < 0 or first + self.slices > total:
+                raise ValueError(f"argument {self.name!r}: slices {first}..{first + self.slices - 1} do not lie in "
+                                 f"a tensor of {total} slices")
+            object.__setattr__(self, "placed", (first, total))
 
     @property
     def slices(self) -> int:
@@ -134,8 +144,8 @@ def _three_sizes(values: Iterable[int], what: str) -> tuple[int, int, int]:
     return sizes
 
 
-_ARG_SUFFIXES = ("_B", "_H", "_W", "_C", "_S", "_idx", "_read", "_read1", "_read16", "_write", "_store", "_finish",
-                 "_finish16")
+_ARG_SUFFIXES = ("_B", "_H", "_W", "_C", "_S", "_idx", "_at", "_read", "_read1", "_read16", "_write", "_store",
+                 "_finish", "_finish16")
 _RESERVED = ("GRID_X", "GRID_Y", "GRID_Z", "GID_X", "GID_Y", "GID_Z", "BUFS", "BUFS_DECL", "FLT4", "INT4",
              "MAKE_FLT4", "MAKE_INT4", "SPLAT", "TO_INT", "TO_FLT", "TO_INT4", "TO_FLT4", "FABS", "RSQRT",
              "FMOD", "FMA", "ROUND", "RINT", "ATAN2", "LT4", "LE4", "GT4", "GE4", "EQ4", "NE4", "SELECT4",
@@ -229,8 +239,32 @@ def _geometry(spec: KernelSpec) -> str:
         lines += [f"#define {t}_B {b}", f"#define {t}_H {h}", f"#define {t}_W {w}", f"#define {t}_C {c}",
                   f"#define {t}_S {a.slices}",
                   f"#define {t}_idx(b, y, x, s) (((((b) * {t}_S + (s)) * {t}_H + (y)) * {t}_W) + (x))"]
+        if a.placed is not None:
+            lines.append(f"#define {t}_at(i) {_placed_index(a)}")
     lines += [f"#define {k} {literal(v)}" for k, v in spec.defines.items()]
     return "\n".join(lines) + "\n"
+
+
+def _placed_index(a: Arg) -> str:
+    """The buffer's vec4 index of vec4 ``i`` of a placed tensor: batch b's slices start at slice ``first`` of the
+    larger tensor's batch b (one addition when there is one batch)."""
+    assert a.shape is not None and a.placed is not None
+    b, h, w, _ = a.shape
+    first, total = a.placed
+    shift = f"(i) + {first * h * w}" if first else "(i)"
+    if b == 1 or total == a.slices:
+        return f"({shift})"
+    return f"({shift} + ((i) / {a.slices * h * w}) * {(total - a.slices) * h * w})"
+
+
+def _at(a: Arg, index: str) -> str:
+    """``index`` (a vec4 index of ``a``'s own tensor) as an index into its buffer."""
+    return f"{a.name}_at({index})" if a.placed is not None else index
+
+
+def _at1(a: Arg, index: str) -> str:
+    """``index`` (a float index of ``a``'s own tensor) as a float index into its buffer."""
+    return f"(4 * {a.name}_at(({index}) >> 2) + (({index}) & 3))" if a.placed is not None else index
 
 
 def _cl_param(spec: KernelSpec, a: Arg) -> str:
@@ -241,15 +275,17 @@ def _cl_param(spec: KernelSpec, a: Arg) -> str:
 
 def _cl_accessors(spec: KernelSpec, a: Arg) -> str:
     t = a.name
+    i, j = _at(a, "(i)"), _at1(a, "(j)")
+    # read16: 4 vec4 along a row, which never leave one batch's run of slices
     if spec.arg_precision(a) == "fp32":
-        lines = [f"#define {t}_read(i) ({t}_buf[(i)])",
-                 f"#define {t}_read1(j) (((__global const float*){t}_buf)[(j)])",
-                 f"#define {t}_read16(i) (*(__global const float16_at4*)({t}_buf + (i)))"]
-        write = f"#define {t}_write(i, v) ({t}_buf[(i)] = (v))"
+        lines = [f"#define {t}_read(i) ({t}_buf[{i}])",
+                 f"#define {t}_read1(j) (((__global const float*){t}_buf)[{j}])",
+                 f"#define {t}_read16(i) (*(__global const float16_at4*)({t}_buf + {i}))"]
+        write = f"#define {t}_write(i, v) ({t}_buf[{i}] = (v))"
     else:
-        lines = [f"#define {t}_read(i) vload_half4((i), {t}_buf)", f"#define {t}_read1(j) vload_half((j), {t}_buf)",
-                 f"#define {t}_read16(i) vload_half16(0, {t}_buf + 4 * (i))"]
-        write = f"#define {t}_write(i, v) vstore_half4_rte((v), (i), {t}_buf)"
+        lines = [f"#define {t}_read(i) vload_half4({i}, {t}_buf)", f"#define {t}_read1(j) vload_half({j}, {t}_buf)",
+                 f"#define {t}_read16(i) vload_half16(0, {t}_buf + 4 * {i})"]
+        write = f"#define {t}_write(i, v) vstore_half4_rte((v), {i}, {t}_buf)"
     if a.role == "out":
         lines.append(_wrapped_write(spec, a, write))
         if not _finishes(spec, a):
@@ -413,19 +449,20 @@ def _gl_buffer(spec: KernelSpec, binding: int, a: Arg, texture: bool) -> str:
 
 def _gl_accessors(spec: KernelSpec, a: Arg, texture: bool) -> str:
     t = a.name
+    i, j4 = _at(a, "(i)"), _at(a, "((j) >> 2)")
     if texture:  # texelFetch widens an RGBA16F texel to float32 exactly
-        return (f"#define {t}_read(i) texelFetch({t}_buf, (i))\n"
-                f"#define {t}_read1(j) (texelFetch({t}_buf, (j) >> 2)[(j) & 3])\n")
+        return (f"#define {t}_read(i) texelFetch({t}_buf, {i})\n"
+                f"#define {t}_read1(j) (texelFetch({t}_buf, {j4})[(j) & 3])\n")
     if spec.arg_precision(a) == "fp32":
-        lines = [f"#define {t}_read(i) ({t}_buf[(i)])", f"#define {t}_read1(j) ({t}_buf[(j) >> 2][(j) & 3])"]
-        write = f"#define {t}_write(i, v) ({t}_buf[(i)] = (v))"
+        lines = [f"#define {t}_read(i) ({t}_buf[{i}])", f"#define {t}_read1(j) ({t}_buf[{j4}][(j) & 3])"]
+        write = f"#define {t}_write(i, v) ({t}_buf[{i}] = (v))"
     else:
         # two halves per uint: packHalf2x16 / unpackHalf2x16 do the fp16 conversion
-        read = (f"vec4 {t}_read(int i) {{ uvec2 p = {t}_buf[i]; "
+        read = (f"vec4 {t}_read(int i) {{ uvec2 p = {t}_buf[{i}]; "
                 "return vec4(unpackHalf2x16(p.x), unpackHalf2x16(p.y)); }")
         lines = [read,
-                 f"float {t}_read1(int j) {{ return unpackHalf2x16({t}_buf[j >> 2][(j >> 1) & 1])[j & 1]; }}"]
-        write = f"void {t}_write(int i, vec4 v) {{ {t}_buf[i] = uvec2(packHalf2x16(v.xy), packHalf2x16(v.zw)); }}"
+                 f"float {t}_read1(int j) {{ return unpackHalf2x16({t}_buf[{j4}][(j >> 1) & 1])[j & 1]; }}"]
+        write = f"void {t}_write(int i, vec4 v) {{ {t}_buf[{i}] = uvec2(packHalf2x16(v.xy), packHalf2x16(v.zw)); }}"
     if a.role == "out":
         lines.append(_wrapped_write(spec, a, write))
     return "\n".join(lines) + "\n"

@@ -9,6 +9,7 @@
     fuse_matmul_softmax  a float BATCH_MATMUL, a MUL by a scalar and a SOFTMAX over its rows as one kernel
     pad_channels      a PAD of zero channels read by an elementwise node: its post-op reads the channels as 0
     fuse_elementwise  activations and elementwise chains folded into their producer; fake-quant steps
+    place_concat      the parts of a channel concatenation written in place by their producers
     emit              each remaining node lowered to kernel calls by its op (context.LowerContext)
     memory            buffers shared between tensors whose lifetimes do not overlap
 

@@ -49,7 +49,7 @@ def run(plan: Plan) -> PassResult:
             plan.buffer_sizes.append(sizes[t])
             plan.buffer_fp32.append(fp32)
             plan.buffer_of[t] = len(slots) - 1
-    for t in plan.aliases:
+    for t in (*plan.aliases, *plan.placed):
         plan.buffer_of[t] = plan.buffer_of.get(plan.storage(t), -1)
     saved = 1 - plan.planned_bytes / plan.naive_bytes if plan.naive_bytes else 0.0
     return PassResult("memory", applied=[f"{len(first_use)} tensors in {len(slots)} buffers ({saved:.0%} less memory)"])

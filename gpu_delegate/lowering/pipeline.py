@@ -15,6 +15,7 @@ from . import (
     memory,
     merge_pad,
     pad_channels,
+    place_concat,
 )
 from .context import GpuOp, LowerContext
 from .plan import Plan
@@ -35,15 +36,17 @@ def build_plan(graph: Graph, nodes: list[int], inputs: list[int], outputs: list[
                                  fuse_matmul_softmax.run(view), pad_channels.run(view),
                                  fuse_elementwise.run(view, quantized, ctx.operand_const, ctx.table_const)]
     pad_channels.restore(view, results[-2])
+    results.append(place_concat.run(view))
     results.append(emit.run(view, ctx))
     for t in inputs + outputs:
         ctx.tensors.setdefault(t, bhwc(view.shapes[t]))
-    for t, src in view.aliases.items():
+    for t, src in [*view.aliases.items(), *((t, outer) for t, (outer, _) in view.placed.items())]:
         ctx.tensors.setdefault(t, bhwc(view.shapes[t]))
         ctx.tensors.setdefault(src, bhwc(view.shapes[src]))
     updated = [t for t in ctx.state_updates.values() if t not in outputs]  # downloaded like outputs
     plan = Plan(ctx.tensors, ctx.consts, ctx.kernels, list(inputs), list(outputs) + updated, dict(view.aliases),
-                nodes=list(nodes), fp32_consts=set(ctx.fp32_consts), state_updates=dict(ctx.state_updates))
+                placed=dict(view.placed), nodes=list(nodes), fp32_consts=set(ctx.fp32_consts),
+                state_updates=dict(ctx.state_updates))
     plan.fp32_tensors = {plan.storage(t) for t in ctx.tensors if ctx.holds_ints(t)} | \
         {plan.storage(t) for t in ctx.fp32_tensors}
     results.append(memory.run(plan))

@@ -11,7 +11,7 @@ from typing import Literal
 
 import numpy as np
 
-from ..phwc4 import BHWC, vec4_count
+from ..phwc4 import BHWC, slices, vec4_count
 
 OperandMode = Literal["tensor", "zero_extended", "channel", "scalar", "table", "kept"]
 
@@ -111,6 +111,9 @@ class Plan:
     inputs: list[int]  # graph tensor ids uploaded at the start of every invoke
     outputs: list[int]  # graph tensor ids downloaded at the end
     aliases: dict[int, int] = field(default_factory=dict)  # tensor -> tensor whose buffer it shares
+    # tensor -> (tensor of the same B, H, W of which it is a run of slices, its first slice there): a part of a
+    # concatenation its producer writes in place (lowering/place_concat.py)
+    placed: dict[int, tuple[int, int]] = field(default_factory=dict)
     buffer_of: dict[int, int] = field(default_factory=dict)  # tensor -> buffer slot (memory plan)
     buffer_sizes: list[int] = field(default_factory=list)  # vec4 count per slot
     nodes: list[int] = field(default_factory=list)  # graph nodes this plan covers
@@ -128,13 +131,26 @@ class Plan:
         return "fp32" if self.storage(t) in self.fp32_tensors else precision
 
     def storage(self, t: int) -> int:
-        while t in self.aliases:
-            t = self.aliases[t]
+        """The tensor that owns t's buffer (past dropped reshapes and placed parts)."""
+        while t in self.aliases or t in self.placed:
+            t = self.aliases[t] if t in self.aliases else self.placed[t][0]
         return t
+
+    def placement(self, t: int) -> tuple[int, int] | None:
+        """(first slice, slices) of placed tensor t's place in the tensor its buffer holds (codegen.Arg.placed);
+        None where t is not placed. A placed tensor is no alias, nor the source of one (place_concat.py)."""
+        if t not in self.placed:
+            return None
+        first = 0
+        while t in self.placed:
+            t, start = self.placed[t]
+            first += start
+        return first, slices(self.tensors[t][3])
 
     @property
     def naive_bytes(self) -> int:
-        return 16 * sum(vec4_count(s) for t, s in self.tensors.items() if t not in self.aliases)
+        return 16 * sum(vec4_count(s) for t, s in self.tensors.items()
+                        if t not in self.aliases and t not in self.placed)
 
     @property
     def planned_bytes(self) -> int:

@@ -43,6 +43,8 @@ class PartitionView:
     softmax_after: dict[int, tuple[float, float]] = field(default_factory=dict)
     extra_padding: dict[int, tuple[int, int, int, int]] = field(default_factory=dict)  # node -> t, b, l, r
     aliases: dict[int, int] = field(default_factory=dict)  # tensor -> tensor whose buffer it shares
+    # tensor -> (the concatenation it is a part of, its first slice there): written in place (place_concat.py)
+    placed: dict[int, tuple[int, int]] = field(default_factory=dict)
     # (node, input slot) reading a tensor with fewer channels, the rest read as 0 -> (the PAD dropped, its output)
     zero_extended: dict[tuple[int, int], tuple[int, int]] = field(default_factory=dict)
 
