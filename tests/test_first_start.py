@@ -513,6 +513,7 @@ def workers(monkeypatch):
     odd programs left to the worker (this process never claims them, so it waits for the worker's); every
     worker collected once closed."""
     monkeypatch.setattr(runner_mod, "WORKER_KERNELS", 2)
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0))  # whatever else this host runs
     monkeypatch.setattr(runner_mod, "WORKER_PROGRAMS", 4)
     claim = compile_worker._claim
     monkeypatch.setattr(compile_worker, "_claim", lambda claims, index: index % 2 == 0 and claim(claims, index))
@@ -579,11 +580,17 @@ def test_a_stuck_worker_is_killed(workers, monkeypatch, fresh_programs, caplog):
 
 
 def test_no_worker_where_it_cannot_help(backend, monkeypatch):
-    """One core, the switch off, the driver's disk cache off, or no Python interpreter to start: no worker."""
+    """One core, busy cores, the switch off, the driver's disk cache off, or no Python interpreter to start: no
+    worker."""
     b = create_backend(backend)
-    assert compile_worker.wanted(b), "two cores and the driver's cache on: a worker would help"
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    monkeypatch.setattr(os, "getloadavg", lambda: (1.2, 0.0, 0.0))
+    assert compile_worker.wanted(b), "two cores, one of them idle, and the driver's cache on: a worker would help"
     with monkeypatch.context() as m:
         m.setattr(os, "sched_getaffinity", lambda pid: {0})
+        assert not compile_worker.wanted(b)
+    with monkeypatch.context() as m:
+        m.setattr(os, "getloadavg", lambda: (1.7, 0.0, 0.0))
         assert not compile_worker.wanted(b)
     with monkeypatch.context() as m:
         m.setenv(compile_worker.SWITCH, "0")
