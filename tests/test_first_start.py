@@ -592,6 +592,8 @@ def test_no_worker_where_it_cannot_help(backend, monkeypatch):
     with monkeypatch.context() as m:
         m.setattr(os, "getloadavg", lambda: (1.7, 0.0, 0.0))
         assert not compile_worker.wanted(b)
+        m.setenv(compile_worker.SWITCH, "1")  # asked for: busy cores or not
+        assert compile_worker.wanted(b)
     with monkeypatch.context() as m:
         m.setenv(compile_worker.SWITCH, "0")
         assert not compile_worker.wanted(b)

@@ -41,7 +41,7 @@ log = logging.getLogger("gpu_delegate")
 
 # what the worker process runs (not ``-m`` of this module, which the package has imported by then)
 WORKER = "from gpu_delegate.backends.compile_worker import main; main()"
-# GPU_DELEGATE_COMPILE_WORKER=0 turns the worker off
+# GPU_DELEGATE_COMPILE_WORKER=0 turns the worker off, =1 on wherever it can work (busy cores or not)
 SWITCH = "GPU_DELEGATE_COMPILE_WORKER"
 # The worker starts only where the cores of the process, less the load average (of the last minute), leave this
 # many free: it costs CPU time (~1.2 s for MobileNetV2 on PoCL: its start and programs built twice), which on a
@@ -102,9 +102,10 @@ def _done(claims: Path, index: int) -> None:
 
 def wanted(backend: Backend) -> bool:
     """Whether a worker can help this backend: its driver compiles at first launches into a disk cache that
-    other processes read, the process may run on more than one core, one of them is idle (IDLE_CORES), and the
-    switch is not off."""
-    if os.environ.get(SWITCH, "1") == "0" or not backend.first_launch_disk_cache:
+    other processes read, the process may run on more than one core, one of them is idle (IDLE_CORES, unless the
+    switch is on), and the switch is not off."""
+    switch = os.environ.get(SWITCH, "")
+    if switch == "0" or not backend.first_launch_disk_cache:
         return False
     # the worker is ``sys.executable -c``: a Python interpreter, not an app embedding one (or a frozen app)
     if getattr(sys, "frozen", False) or not Path(sys.executable or "-").name.startswith("python"):
@@ -114,7 +115,7 @@ def wanted(backend: Backend) -> bool:
     except (AttributeError, OSError):
         cores = os.cpu_count() or 1
     try:
-        busy = os.getloadavg()[0]
+        busy = 0.0 if switch == "1" else os.getloadavg()[0]
     except OSError:  # no load average on this system: assume the other cores are free
         busy = 0.0
     return cores >= 2 and cores - busy >= IDLE_CORES
