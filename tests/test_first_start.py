@@ -514,7 +514,6 @@ def workers(monkeypatch):
     worker collected once closed."""
     monkeypatch.setattr(runner_mod, "WORKER_KERNELS", 2)
     monkeypatch.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0))  # whatever else this host runs
-    monkeypatch.setattr(compile_worker, "UNASKED", ("cl", "gl"))
     monkeypatch.setattr(runner_mod, "WORKER_PROGRAMS", 4)
     claim = compile_worker._claim
     monkeypatch.setattr(compile_worker, "_claim", lambda claims, index: index % 2 == 0 and claim(claims, index))
@@ -586,17 +585,12 @@ def test_no_worker_where_it_cannot_help(backend, monkeypatch):
     b = create_backend(backend)
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
     monkeypatch.setattr(os, "getloadavg", lambda: (1.2, 0.0, 0.0))
-    if backend not in compile_worker.UNASKED:
-        assert not compile_worker.wanted(b), "a worker on GL unasked"
-        monkeypatch.setenv(compile_worker.SWITCH, "1")
     assert compile_worker.wanted(b), "two cores, one of them idle, and the driver's cache on: a worker would help"
     with monkeypatch.context() as m:
         m.setattr(os, "sched_getaffinity", lambda pid: {0})
         assert not compile_worker.wanted(b)
     with monkeypatch.context() as m:
         m.setattr(os, "getloadavg", lambda: (1.7, 0.0, 0.0))
-        m.delenv(compile_worker.SWITCH, raising=False)
-        m.setattr(compile_worker, "UNASKED", ("cl", "gl"))
         assert not compile_worker.wanted(b)
         m.setenv(compile_worker.SWITCH, "1")  # asked for: busy cores or not
         assert compile_worker.wanted(b)

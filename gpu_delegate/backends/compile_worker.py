@@ -48,11 +48,6 @@ SWITCH = "GPU_DELEGATE_COMPILE_WORKER"
 # host whose cores are busy comes out of the start it should shorten (2 cores at load 7.5-8.5: MobileNetV2 cold
 # on cl 13.8 against 14.4 s without, on gl 9.3 against 5.5 s, bench/cold_warm.py, medians of 3).
 IDLE_CORES = 0.5
-# Backends that start a worker unasked. GL's invokes after a start shared with a worker came out 1.1-1.8x slower
-# than the fork point's in paired runs (bench/speed.py, face_detection_short_range and MobileNetV2, 4 of 5 runs on a
-# host at load 7-9; with the worker off 1.10x), with no mechanism found (the shaders are the same text, the same
-# machine code from Mesa's cache in both packages): on GL it runs only when asked for (GPU_DELEGATE_COMPILE_WORKER=1).
-UNASKED = ("cl",)
 # A worker that has not finished a program it claimed this long after this process ran out of its own (and at
 # least WAIT_FACTOR times the slowest program this process did) is killed, and its programs compiled here.
 WAIT_MIN_S = 10.0
@@ -107,10 +102,10 @@ def _done(claims: Path, index: int) -> None:
 
 def wanted(backend: Backend) -> bool:
     """Whether a worker can help this backend: its driver compiles at first launches into a disk cache that
-    other processes read, the process may run on more than one core, and the switch is not off; unless the switch
-    is on, also one of the cores is idle (IDLE_CORES) and the backend is one of UNASKED."""
+    other processes read, the process may run on more than one core, one of them is idle (IDLE_CORES, unless the
+    switch is on), and the switch is not off."""
     switch = os.environ.get(SWITCH, "")
-    if switch == "0" or not backend.first_launch_disk_cache or (switch != "1" and backend.name not in UNASKED):
+    if switch == "0" or not backend.first_launch_disk_cache:
         return False
     # the worker is ``sys.executable -c``: a Python interpreter, not an app embedding one (or a frozen app)
     if getattr(sys, "frozen", False) or not Path(sys.executable or "-").name.startswith("python"):
