@@ -227,9 +227,10 @@ class PlanRunner:
     def compile(self, binaries: dict[str, bytes], progress: Progress | None = None, worker: bool = False) -> int:
         """Compile every kernel and the boundary's conversions (``boundary``), in as few driver programs as
         the backend allows, loading each from ``binaries`` (Program.unit -> program binary) where one matches;
-        how many were compiled from source. With ``worker``, where a compile worker helps (compile_worker.wanted,
-        WORKER_KERNELS), the programs hold fewer kernels each, and a worker process compiles and first-launches
-        some of them into the driver's disk cache while this process does the others."""
+        how many were compiled from source. Where a compile worker could help (compile_worker.can_help,
+        WORKER_KERNELS), the programs hold fewer kernels each; with ``worker``, where one is wanted now, a worker
+        process compiles and first-launches some of them into the driver's disk cache while this process does the
+        others."""
         t0 = time.perf_counter()
         info = self.backend.device_info()
         specs: list[KernelSpec] = []
@@ -250,13 +251,17 @@ class PlanRunner:
                            distinct)
         advance = progress.advance if progress is not None else None
         bundle, compiled = None, 0
-        if worker and not binaries and distinct >= WORKER_KERNELS and compile_worker.wanted(self.backend):
+        if distinct >= WORKER_KERNELS and compile_worker.can_help(self.backend):
+            # the programs a worker shares, whether one runs now or not: a start without one (busy cores, a plan
+            # from the serialization dir) then asks the driver's cache for the programs the last start left there
             bundle = max(1, math.ceil(distinct / WORKER_PROGRAMS))
-            groups = self.backend.program_groups(specs, bundle)
-            sizes = {id(spec): self._launch_sizes(binds) for spec, binds in zip(specs, self.binds)}
-            shared = [Group(group, [Launch(s, sizes[id(s)]) for s in group if id(s) in sizes]) for group in groups]
-            with CompileWorker(self.backend.name, shared) as helper:
-                compiled = sum(len(groups[i]) for i in helper.share(self.backend, advance))
+            if worker and not binaries and compile_worker.wanted(self.backend):
+                groups = self.backend.program_groups(specs, bundle)
+                sizes = {id(spec): self._launch_sizes(binds) for spec, binds in zip(specs, self.binds)}
+                shared = [Group(group, [Launch(s, sizes[id(s)]) for s in group if id(s) in sizes])
+                          for group in groups]
+                with CompileWorker(self.backend.name, shared) as helper:
+                    compiled = sum(len(groups[i]) for i in helper.share(self.backend, advance))
         programs, rest = self.backend.compile_all(specs, binaries, advance, bundle)
         compiled += rest
         self.programs = programs[:len(self.plan.kernels)]

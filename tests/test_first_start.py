@@ -620,3 +620,24 @@ def test_a_program_group_builds_the_text_of_the_whole(fresh_programs):
     pieces = [p for g in groups for p in parts.compile_all(g, bundle_kernels=len(g))[0]]
     assert {p.unit for p in pieces} == {p.unit for p in programs}
     assert len({p.unit for p in programs}) == len(groups)
+
+
+def test_every_start_builds_the_programs_a_worker_shares(workers, monkeypatch, fresh_programs, tmp_path):
+    """A start without a worker (a plan from the serialization dir, busy cores) builds the very programs a start
+    with one built: their texts are what the driver's disk cache was filled with (a start of other programs missed
+    it wholly: face_detection_short_range's first warm start on PoCL took 4.9 s instead of 0.15)."""
+
+    def units(serialization_dir=None) -> set[str]:
+        d = gd.GpuDelegate(backend="cl", serialization_dir=serialization_dir, model_token="shared")
+        it = gd.Interpreter(model_content=BLOCK, experimental_delegates=[d])
+        it.allocate_tensors()
+        return {p.unit for p in runner_of(it).programs}
+
+    shared = units(tmp_path)
+    assert len(workers) == 1 and len(shared) >= 3
+    fresh_programs()
+    assert units(tmp_path) == shared  # the plan from the dir
+    fresh_programs()
+    monkeypatch.setattr(os, "getloadavg", lambda: (9.0, 9.0, 9.0))
+    assert units() == shared  # busy cores
+    assert len(workers) == 1, "a worker for a cached plan or on busy cores"

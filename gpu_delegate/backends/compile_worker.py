@@ -100,25 +100,39 @@ def _done(claims: Path, index: int) -> None:
     (claims / f"{index}.done").touch()
 
 
-def wanted(backend: Backend) -> bool:
-    """Whether a worker can help this backend: its driver compiles at first launches into a disk cache that
-    other processes read, the process may run on more than one core, one of them is idle (IDLE_CORES, unless the
-    switch is on), and the switch is not off."""
-    switch = os.environ.get(SWITCH, "")
-    if switch == "0" or not backend.first_launch_disk_cache:
+def can_help(backend: Backend) -> bool:
+    """Whether a worker could help this backend, by facts that hold from one start to the next: its driver
+    compiles at first launches into a disk cache that other processes read, the process may run on more than one
+    core, a Python interpreter can start the worker, and the switch is not off. Where it could, every start builds
+    a partition's kernels as the programs a worker would share (PlanRunner.compile), whether one runs or not, so
+    that the driver's cache holds the programs the next start asks for."""
+    if os.environ.get(SWITCH, "") == "0" or not backend.first_launch_disk_cache:
         return False
     # the worker is ``sys.executable -c``: a Python interpreter, not an app embedding one (or a frozen app)
     if getattr(sys, "frozen", False) or not Path(sys.executable or "-").name.startswith("python"):
         return False
+    return _cores() >= 2
+
+
+def wanted(backend: Backend) -> bool:
+    """Whether to start a worker now: it could help (``can_help``), and one of the cores is idle (IDLE_CORES)
+    unless the switch is on."""
+    if not can_help(backend):
+        return False
+    if os.environ.get(SWITCH, "") == "1":
+        return True
     try:
-        cores = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cores = os.cpu_count() or 1
-    try:
-        busy = 0.0 if switch == "1" else os.getloadavg()[0]
+        busy = os.getloadavg()[0]
     except OSError:  # no load average on this system: assume the other cores are free
         busy = 0.0
-    return cores >= 2 and cores - busy >= IDLE_CORES
+    return _cores() - busy >= IDLE_CORES
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
 
 
 class CompileWorker:
