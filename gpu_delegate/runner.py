@@ -60,11 +60,13 @@ TUNE_SECONDS = 20.0
 TUNE_FOR_CACHE = ("gpu",)
 # A compile worker (backends/compile_worker.py) shares the compiles of a partition of at least WORKER_KERNELS
 # distinct kernels: its start costs ~0.4 s (a Python process importing the package and opening the device), a
-# kernel's first launch 0.05-0.1 s on PoCL and llvmpipe. The kernels then build as about WORKER_PROGRAMS driver
-# programs, shared out between the two processes as they go: PoCL's build costs ~0.1 s a program more (CPU
-# seconds of MobileNetV2's 34 kernels: 1.1 in 1 program, 1.55 in 4).
+# kernel's first launch 0.05-0.1 s on PoCL and llvmpipe. The kernels then build as WORKER_PROGRAMS driver programs
+# (GL: one per shader, as always), shared out between the two processes as they go: PoCL's build costs ~0.1 s a
+# program more (CPU seconds of MobileNetV2's 34 kernels: 1.1 in 1 program, 1.2 in 2, 1.55 in 4, 1.7 in 6), and a
+# start without a worker builds them too. In CPU seconds of MobileNetV2 cold on cl, this process's and all:
+# 4.1-4.2 alone, 2.7 and 5.4 with 2 programs shared, 2.8-3.1 and 5.5-6.0 with 6.
 WORKER_KERNELS = 16
-WORKER_PROGRAMS = 6
+WORKER_PROGRAMS = 2
 
 
 def kernel_spec(call: KernelCall, plan: Plan, precision: str,
