@@ -39,12 +39,14 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("gpu_delegate")
 
-# what the worker process runs (not ``-m`` of this module, which the package has imported by then)
-WORKER = "from gpu_delegate.backends.compile_worker import main; main()"
+# what the worker process runs (not ``-m`` of this module, which the package has imported by then), with the
+# folder holding this package first on its path: the same package, whatever its name and however it was found
+WORKER = f"from {__name__} import main; main()"
+PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 # GPU_DELEGATE_COMPILE_WORKER=0 turns the worker off, =1 on wherever it can work (busy cores or not)
 SWITCH = "GPU_DELEGATE_COMPILE_WORKER"
 # The worker starts only where the cores of the process, less the load average (of the last minute), leave this
-# many free: it costs CPU time (~1.2 s for MobileNetV2 on PoCL: its start and programs built twice), which on a
+# many free: it costs CPU time (~0.9 s for MobileNetV2 on PoCL: its start and programs built twice), which on a
 # host whose cores are busy comes out of the start it should shorten (2 cores at load 7.5-8.5: MobileNetV2 cold
 # on cl 13.8 against 14.4 s without, on gl 9.3 against 5.5 s, bench/cold_warm.py, medians of 3).
 IDLE_CORES = 0.5
@@ -149,9 +151,10 @@ class CompileWorker:
         try:
             job = self.claims / "job"
             job.write_bytes(pickle.dumps(groups))
+            path = os.pathsep.join([str(PACKAGE_ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
             self.process = subprocess.Popen([sys.executable, "-c", WORKER, backend, str(job)],
-                                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                            stderr=subprocess.DEVNULL)
+                                            env={**os.environ, "PYTHONPATH": path}, stdin=subprocess.DEVNULL,
+                                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         except (OSError, pickle.PicklingError) as e:
             log.info("%s: no compile worker (%s)", backend, e)
 
