@@ -528,6 +528,18 @@ def workers(monkeypatch):
     return closed
 
 
+def worker_processes() -> list[int]:
+    """Processes running this package's compile worker, this process's children or not."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and compile_worker.__name__.encode() in (entry / "cmdline").read_bytes():
+                found.append(int(entry.name))
+        except OSError:  # gone meanwhile
+            continue
+    return found
+
+
 def test_a_compile_worker_shares_the_first_start(backend, workers, fresh_programs, tmp_path, monkeypatch):
     """The worker builds and first-launches the odd programs into the driver's disk cache, then exits; this
     process builds the same program texts: the results are those of a start without a worker, and LiteRT's."""
@@ -541,6 +553,7 @@ def test_a_compile_worker_shares_the_first_start(backend, workers, fresh_program
     assert worker.process is not None and worker.process.returncode in (0, -9)
     assert worker.done_there and all(i % 2 for i in worker.done_there), "the worker compiled nothing"
     assert not worker.claims.exists() and len(worker.groups) >= 3
+    assert worker.process.pid not in worker_processes(), "the worker outlived the start"
     fresh_programs()
     os.environ[compile_worker.SWITCH] = "0"
     try:
@@ -574,6 +587,7 @@ def test_a_stuck_worker_is_killed(workers, monkeypatch, fresh_programs, caplog):
     assert time.perf_counter() - t0 < 60
     (worker,) = workers
     assert worker.process is not None and worker.process.returncode == -9
+    assert worker.process.pid not in worker_processes()
     assert any("did not finish" in r.getMessage() for r in caplog.records)
     for ours, ref in zip(out, run_litert(BLOCK, BLOCK_INPUTS)):
         assert_float_close(ours, ref, 1e-4, what="a start whose compile worker hung")
