@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
+from .backends import compile_worker
 from .backends.base import (
     Backend,
     Buffer,
@@ -23,6 +24,7 @@ from .backends.base import (
     local_size_candidates,
 )
 from .backends.codegen import API_LANGUAGE, Arg, KernelSpec, load_kernel, render_postops
+from .backends.compile_worker import CompileWorker, Group, Launch
 from .cache import fingerprint, partition_parts
 from .errors import DelegateError
 from .graph import Graph
@@ -56,6 +58,15 @@ TUNE_SECONDS = 20.0
 # stand-ins it buys no measurable speed for a slower first start: PoCL 0-2% (issue 17), within the noise of a
 # loaded host in paired rounds; llvmpipe, whose timings are noisier, ran MobileNetV2 10% slower with its picks.
 TUNE_FOR_CACHE = ("gpu",)
+# A compile worker (backends/compile_worker.py) shares the compiles of a partition of at least WORKER_KERNELS
+# distinct kernels: its start costs ~0.4 s (a Python process importing the package and opening the device), a
+# kernel's first launch 0.05-0.1 s on PoCL and llvmpipe. The kernels then build as WORKER_PROGRAMS driver programs
+# (GL: one per shader, as always), shared out between the two processes as they go: PoCL's build costs ~0.1 s a
+# program more (CPU seconds of MobileNetV2's 34 kernels: 1.1 in 1 program, 1.2 in 2, 1.55 in 4, 1.7 in 6), and a
+# start without a worker builds them too. In CPU seconds of MobileNetV2 cold on cl, this process's and all:
+# 4.1-4.2 alone, 2.7 and 5.4 with 2 programs shared, 2.8-3.1 and 5.5-6.0 with 6.
+WORKER_KERNELS = 16
+WORKER_PROGRAMS = 2
 
 
 def kernel_spec(call: KernelCall, plan: Plan, precision: str,
@@ -170,7 +181,8 @@ class PlanRunner:
             runner.timings["plan_s"] = time.perf_counter() - t0
             runner.boundary = runner.boundary_specs(sample[1] if sample is not None else {},
                                                     sample[0] if sample is not None else {})
-            compiled = runner.compile(binaries, progress)
+            # first launches happen here only with a sample, and from a file's binaries the driver compiles less
+            compiled = runner.compile(binaries, progress, worker=sample is not None and cached is None)
             tuned = False
             try:
                 runner.allocate()
@@ -214,10 +226,13 @@ class PlanRunner:
             (plan.tensors[t], storage(t), (*codes[t], feeds[t].dtype) if t in codes else None) for t in plan.inputs]
         return self.backend.boundary_specs(inputs, [(plan.tensors[t], storage(t)) for t in plan.outputs])
 
-    def compile(self, binaries: dict[str, bytes], progress: Progress | None = None) -> int:
+    def compile(self, binaries: dict[str, bytes], progress: Progress | None = None, worker: bool = False) -> int:
         """Compile every kernel and the boundary's conversions (``boundary``), in as few driver programs as
         the backend allows, loading each from ``binaries`` (Program.unit -> program binary) where one matches;
-        how many were compiled from source."""
+        how many were compiled from source. Where a compile worker could help (compile_worker.can_help,
+        WORKER_KERNELS), the programs hold fewer kernels each; with ``worker``, where one is wanted now, a worker
+        process compiles and first-launches some of them into the driver's disk cache while this process does the
+        others."""
         t0 = time.perf_counter()
         info = self.backend.device_info()
         specs: list[KernelSpec] = []
@@ -236,8 +251,21 @@ class PlanRunner:
         if progress is not None:
             progress.stage(f"compiling {distinct} kernels" if not binaries else f"loading {distinct} kernels",
                            distinct)
-        programs, compiled = self.backend.compile_all(specs, binaries,
-                                                      progress.advance if progress is not None else None)
+        advance = progress.advance if progress is not None else None
+        bundle, compiled = None, 0
+        if distinct >= WORKER_KERNELS and compile_worker.can_help(self.backend):
+            # the programs a worker shares, whether one runs now or not: a start without one (busy cores, a plan
+            # from the serialization dir) then asks the driver's cache for the programs the last start left there
+            bundle = max(1, math.ceil(distinct / WORKER_PROGRAMS))
+            if worker and not binaries and compile_worker.wanted(self.backend):
+                groups = self.backend.program_groups(specs, bundle)
+                sizes = {id(spec): self._launch_sizes(binds) for spec, binds in zip(specs, self.binds)}
+                shared = [Group(group, [Launch(s, sizes[id(s)]) for s in group if id(s) in sizes])
+                          for group in groups]
+                with CompileWorker(self.backend.name, shared) as helper:
+                    compiled = sum(len(groups[i]) for i in helper.share(self.backend, advance))
+        programs, rest = self.backend.compile_all(specs, binaries, advance, bundle)
+        compiled += rest
         self.programs = programs[:len(self.plan.kernels)]
         self.units = {p.unit: p for p in programs}
         self.timings["compile_s"] = time.perf_counter() - t0
@@ -245,6 +273,12 @@ class PlanRunner:
             log.info("%s: compiled %d kernels in %d programs in %.2f s", self.backend.name, compiled,
                      len({p.unit for p in programs if p.unit not in binaries}), self.timings["compile_s"])
         return compiled
+
+    def _launch_sizes(self, binds: list[Bind]) -> list[int]:
+        """The vec4 count of what each argument of a kernel binds (before ``allocate``)."""
+        plan = self.plan
+        return [int(plan.consts[b[1]].shape[0]) if b[0] == "c" else
+                plan.buffer_sizes[plan.buffer_of[plan.storage(b[1])]] for b in binds]
 
     def warm_up(self, feeds: dict[int, np.ndarray], codes: dict[int, tuple[float, int]] | None = None,
                 progress: Progress | None = None) -> None:

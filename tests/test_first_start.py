@@ -25,7 +25,8 @@ import pytest
 import gpu_delegate as gd
 from gpu_delegate import cache as cache_mod
 from gpu_delegate import progress as progress_mod
-from gpu_delegate.backends import Arg, KernelSpec, codegen, create_backend, opencl, opengl
+from gpu_delegate import runner as runner_mod
+from gpu_delegate.backends import Arg, KernelSpec, codegen, compile_worker, create_backend, opencl, opengl
 from gpu_delegate.backends.base import ProgramCache, device_fingerprint
 from gpu_delegate.tflite import ModelBuilder
 
@@ -502,3 +503,155 @@ print(before, numba.get_num_threads())
     # numba's cache empty: a kernel loaded from it is not typed again, and its callees would not be looked at
     assert python(script, NUMBA_NUM_THREADS="2", NUMBA_CACHE_DIR=str(tmp_path / "numba")) == "False 1"
     assert_float_close(np.load(tmp_path / "y.npy"), run_litert(content, [x])[0], 1e-5, what="3x3 depthwise on the CPU")
+
+
+# -- a compile worker on two cores (issue 17) --------------------------------------------------------------------
+
+@pytest.fixture
+def workers(monkeypatch):
+    """A compile worker for BLOCK (whose partition is under WORKER_KERNELS), its kernels in programs of 2; the
+    odd programs left to the worker (this process never claims them, so it waits for the worker's); every
+    worker collected once closed."""
+    monkeypatch.setattr(runner_mod, "WORKER_KERNELS", 2)
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0))  # whatever else this host runs
+    monkeypatch.setattr(runner_mod, "WORKER_PROGRAMS", 4)
+    claim = compile_worker._claim
+    monkeypatch.setattr(compile_worker, "_claim", lambda claims, index: index % 2 == 0 and claim(claims, index))
+    closed: list[compile_worker.CompileWorker] = []
+    close = compile_worker.CompileWorker.close
+
+    def spy_close(self):
+        close(self)
+        closed.append(self)
+
+    monkeypatch.setattr(compile_worker.CompileWorker, "close", spy_close)
+    return closed
+
+
+def worker_processes() -> list[int]:
+    """Processes running this package's compile worker, this process's children or not."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and compile_worker.__name__.encode() in (entry / "cmdline").read_bytes():
+                found.append(int(entry.name))
+        except OSError:  # gone meanwhile
+            continue
+    return found
+
+
+def test_a_compile_worker_shares_the_first_start(backend, workers, fresh_programs, tmp_path, monkeypatch):
+    """The worker builds and first-launches the odd programs into the driver's disk cache, then exits; this
+    process builds the same program texts: the results are those of a start without a worker, and LiteRT's."""
+    # the worker's own driver cache (this process's drivers read their variables once, long before)
+    monkeypatch.setenv("POCL_CACHE_DIR" if backend == "cl" else "MESA_SHADER_CACHE_DIR", str(tmp_path))
+    out = start_block(backend)
+    # PoCL's work-group functions, a shared object per kernel and size, exist only once a kernel was launched
+    assert list(tmp_path.rglob("*.so" if backend == "cl" else "*")), "the worker filled no cache"
+    (worker,) = workers
+    # ended: on its own, or killed once it had finished what it claimed
+    assert worker.process is not None and worker.process.returncode in (0, -9)
+    assert worker.done_there and all(i % 2 for i in worker.done_there), "the worker compiled nothing"
+    assert not worker.claims.exists() and len(worker.groups) >= 3
+    assert worker.process.pid not in worker_processes(), "the worker outlived the start"
+    fresh_programs()
+    os.environ[compile_worker.SWITCH] = "0"
+    try:
+        alone = start_block(backend)
+    finally:
+        del os.environ[compile_worker.SWITCH]
+    assert len(workers) == 1, "a worker despite the switch"
+    for ours, single, ref in zip(out, alone, run_litert(BLOCK, BLOCK_INPUTS)):
+        np.testing.assert_array_equal(ours, single)
+        assert_float_close(ours, ref, 1e-4, what=f"a start shared with a compile worker on {backend}")
+
+
+def test_a_worker_that_fails_changes_nothing_but_the_time(workers, monkeypatch, fresh_programs):
+    monkeypatch.setattr(compile_worker, "WORKER", "import sys; sys.exit(3)")
+    out = start_block("cl")
+    (worker,) = workers
+    assert worker.process is not None and worker.process.returncode == 3 and not worker.done_there
+    for ours, ref in zip(out, run_litert(BLOCK, BLOCK_INPUTS)):
+        assert_float_close(ours, ref, 1e-4, what="a start whose compile worker failed")
+
+
+def test_a_stuck_worker_is_killed(workers, monkeypatch, fresh_programs, caplog):
+    """A worker that claimed a program and never finishes it is waited for a while, then killed; this process
+    compiles that program itself."""
+    monkeypatch.setattr(compile_worker, "WAIT_MIN_S", 0.5)
+    monkeypatch.setattr(compile_worker, "WORKER", "import pathlib, sys, time; "
+                        "(pathlib.Path(sys.argv[2]).parent / '1').touch(); time.sleep(600)")
+    t0 = time.perf_counter()
+    with caplog.at_level(logging.WARNING, logger="gpu_delegate"):
+        out = start_block("gl")
+    assert time.perf_counter() - t0 < 60
+    (worker,) = workers
+    assert worker.process is not None and worker.process.returncode == -9
+    assert worker.process.pid not in worker_processes()
+    assert any("did not finish" in r.getMessage() for r in caplog.records)
+    for ours, ref in zip(out, run_litert(BLOCK, BLOCK_INPUTS)):
+        assert_float_close(ours, ref, 1e-4, what="a start whose compile worker hung")
+
+
+def test_no_worker_where_it_cannot_help(backend, monkeypatch):
+    """One core, busy cores, the switch off, the driver's disk cache off, or no Python interpreter to start: no
+    worker."""
+    b = create_backend(backend)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    monkeypatch.setattr(os, "getloadavg", lambda: (1.2, 0.0, 0.0))
+    assert compile_worker.wanted(b), "two cores, one of them idle, and the driver's cache on: a worker would help"
+    with monkeypatch.context() as m:
+        m.setattr(os, "sched_getaffinity", lambda pid: {0})
+        assert not compile_worker.wanted(b)
+    with monkeypatch.context() as m:
+        m.setattr(os, "getloadavg", lambda: (1.7, 0.0, 0.0))
+        assert not compile_worker.wanted(b)
+        m.setenv(compile_worker.SWITCH, "1")  # asked for: busy cores or not
+        assert compile_worker.wanted(b)
+    with monkeypatch.context() as m:
+        m.setenv(compile_worker.SWITCH, "0")
+        assert not compile_worker.wanted(b)
+    with monkeypatch.context() as m:
+        m.setenv("POCL_KERNEL_CACHE" if backend == "cl" else "MESA_SHADER_CACHE_DISABLE",
+                 "0" if backend == "cl" else "true")
+        assert not compile_worker.wanted(b)
+    with monkeypatch.context() as m:
+        m.setattr(sys, "executable", "/usr/bin/some-app")
+        assert not compile_worker.wanted(b)
+
+
+def test_a_program_group_builds_the_text_of_the_whole(fresh_programs):
+    """compile_all of each of program_groups' groups builds the very programs (same units, same text) that
+    compile_all of them all builds: what the worker builds is what this process then looks up."""
+    it = gd.Interpreter(model_content=BLOCK, experimental_delegates=[gd.GpuDelegate(backend="cl")])
+    it.allocate_tensors()
+    specs = [p.spec for p in runner_of(it).programs]
+    whole = create_backend("cl")
+    groups = whole.program_groups(specs, 2)
+    assert len(groups) >= 3 and all(len(g) <= 2 for g in groups)
+    programs, _ = whole.compile_all(specs, bundle_kernels=2)
+    parts = create_backend("cl")
+    pieces = [p for g in groups for p in parts.compile_all(g, bundle_kernels=len(g))[0]]
+    assert {p.unit for p in pieces} == {p.unit for p in programs}
+    assert len({p.unit for p in programs}) == len(groups)
+
+
+def test_every_start_builds_the_programs_a_worker_shares(workers, monkeypatch, fresh_programs, tmp_path):
+    """A start without a worker (a plan from the serialization dir, busy cores) builds the very programs a start
+    with one built: their texts are what the driver's disk cache was filled with (a start of other programs missed
+    it wholly: face_detection_short_range's first warm start on PoCL took 4.9 s instead of 0.15)."""
+
+    def units(serialization_dir=None) -> set[str]:
+        d = gd.GpuDelegate(backend="cl", serialization_dir=serialization_dir, model_token="shared")
+        it = gd.Interpreter(model_content=BLOCK, experimental_delegates=[d])
+        it.allocate_tensors()
+        return {p.unit for p in runner_of(it).programs}
+
+    shared = units(tmp_path)
+    assert len(workers) == 1 and len(shared) >= 3
+    fresh_programs()
+    assert units(tmp_path) == shared  # the plan from the dir
+    fresh_programs()
+    monkeypatch.setattr(os, "getloadavg", lambda: (9.0, 9.0, 9.0))
+    assert units() == shared  # busy cores
+    assert len(workers) == 1, "a worker for a cached plan or on busy cores"

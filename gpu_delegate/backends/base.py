@@ -459,12 +459,14 @@ class Backend(ABC):
         return program
 
     def compile_all(self, specs: list[KernelSpec], binaries: Mapping[str, bytes] | None = None,
-                    progress: Callable[[int], None] | None = None) -> tuple[list[Program], int]:
+                    progress: Callable[[int], None] | None = None, bundle_kernels: int | None = None
+                    ) -> tuple[list[Program], int]:
         """The programs of ``specs``, in order, in as few driver programs as the API allows
-        (``bundle_kernels``): one build for a whole partition instead of one per kernel. A driver program
-        whose binary ``binaries`` holds (``Program.unit`` -> ``program_binary``) is loaded instead; one that
-        does not load is compiled (with a warning). ``progress(n)`` follows each driver program with the
-        number of kernels it held. Returns the programs and how many kernels were compiled from source."""
+        (``bundle_kernels``, or fewer kernels a program where the argument says so): one build for a whole
+        partition instead of one per kernel. A driver program whose binary ``binaries`` holds (``Program.unit``
+        -> ``program_binary``) is loaded instead; one that does not load is compiled (with a warning).
+        ``progress(n)`` follows each driver program with the number of kernels it held. Returns the programs
+        and how many kernels were compiled from source."""
         binaries = binaries or {}
         programs: list[Program | None] = [None] * len(specs)
         todo: dict[bytes, tuple[KernelSpec, str]] = {}  # source key -> a spec of that source, its text
@@ -476,7 +478,7 @@ class Backend(ABC):
             if programs[i] is None:
                 todo.setdefault(key, (spec, source))
         compiled = 0
-        for group in self._bundles(list(todo.items())):
+        for group in self._bundles(list(todo.items()), bundle_kernels):
             compiled += self._compile_group(group, binaries)
             if progress is not None:
                 progress(len(group))
@@ -484,15 +486,27 @@ class Backend(ABC):
             programs[i] = programs[i] or self._known(spec, local, source, key)
         return [p for p in programs if p is not None], compiled
 
-    def _bundles(self, items: list[tuple[bytes, tuple[KernelSpec, str]]]
+    def program_groups(self, specs: list[KernelSpec], bundle_kernels: int | None = None) -> list[list[KernelSpec]]:
+        """The driver programs ``compile_all(specs, bundle_kernels=bundle_kernels)`` would build, each as the
+        specs it holds (one per distinct source, in order; none that this instance compiled before):
+        ``compile_all`` of one such group builds the same program text as ``compile_all`` of them all."""
+        todo: dict[bytes, tuple[KernelSpec, str]] = {}
+        for spec in specs:
+            local, source, key = self._prepare(spec)
+            if self._known(spec, local, source, key) is None:
+                todo.setdefault(key, (spec, source))
+        return [[spec for _, (spec, _) in group] for group in self._bundles(list(todo.items()), bundle_kernels)]
+
+    def _bundles(self, items: list[tuple[bytes, tuple[KernelSpec, str]]], bundle_kernels: int | None = None
                  ) -> list[list[tuple[bytes, tuple[KernelSpec, str]]]]:
         """``items`` (source key, (spec, text)) in order, cut into driver programs of at most ``bundle_kernels``
-        kernels and ``bundle_chars`` characters of text."""
+        kernels (the backend's own where None, and never more) and ``bundle_chars`` characters of text."""
+        limit = min(bundle_kernels or self.bundle_kernels, self.bundle_kernels)
         groups: list[list[tuple[bytes, tuple[KernelSpec, str]]]] = []
         chars = 0
         for item in items:
             size = len(item[1][1])
-            if not groups or len(groups[-1]) >= self.bundle_kernels or (
+            if not groups or len(groups[-1]) >= limit or (
                     self.bundle_chars and chars + size > self.bundle_chars):
                 groups.append([])
                 chars = 0
@@ -823,6 +837,9 @@ class Backend(ABC):
     # whether the driver keeps compiled programs across processes by itself (PoCL's kernel cache): program
     # binaries then add nothing to a warm start, and asking for them can cost a compile of its own
     driver_caches_programs: bool = False
+    # whether what the driver compiles at a kernel's build and first launch lands in a per-user disk cache that
+    # another process's build and launch of the same text read (compile_worker.py)
+    first_launch_disk_cache: bool = False
 
     def boundary_specs(self, inputs: list[tuple[BHWC, str, Codes | None]], outputs: list[tuple[BHWC, str]]
                        ) -> list[KernelSpec]:

@@ -103,6 +103,11 @@ class OpenCLBackend(Backend):
         return self.device.platform.name == "Portable Computing Language" and \
             os.environ.get("POCL_KERNEL_CACHE", "1") != "0"
 
+    @property
+    def first_launch_disk_cache(self) -> bool:  # type: ignore[override]
+        # PoCL compiles a work-group function per kernel and size at its first launch, into the kernel cache
+        return self.driver_caches_programs
+
     def __init__(self, profile: bool = False) -> None:
         super().__init__(profile)
         self.context, self.device = open_device()

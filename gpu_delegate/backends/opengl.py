@@ -344,6 +344,14 @@ class GLBackend(Backend):
         return self._info.copy()
 
     @property
+    def first_launch_disk_cache(self) -> bool:  # type: ignore[override]
+        # llvmpipe compiles a shader's machine code at its first dispatch, into Mesa's shader cache unless that
+        # is off; a GPU driver compiles at the link
+        disabled = any(os.environ.get(v, "").lower() in ("1", "true", "yes")
+                       for v in ("MESA_SHADER_CACHE_DISABLE", "MESA_GLSL_CACHE_DISABLE"))
+        return "llvmpipe" in self._info["name"].lower() and not disabled
+
+    @property
     def live_buffers(self) -> int:
         # the GL objects themselves: close() deletes them all, freed or not
         return len(self._gl_buffers)

@@ -1,0 +1,232 @@
+"""A first start on two cores: a second process compiles half of a partition's kernels into the driver's disk cache.
+
+Drivers that compile on the CPU (PoCL, llvmpipe) compile each kernel at its first launch, one at a time: PoCL
+holds one compiler lock per process, llvmpipe compiles on the thread that dispatches. Both keep what they compile
+in a per-user disk cache (PoCL's kernel cache, Mesa's shader cache) that any process of the user reads. So a
+worker process builds the same driver programs from the same text and launches their kernels once on scratch
+buffers while this process does the same with the others; the programs the worker did are then cache lookups
+here. The processes share out the programs through claim files: this one takes them from the first, the worker
+from the last, each skipping what the other claimed.
+
+The worker only ever warms a cache: this process then builds and launches every program itself (a lookup where
+the worker got there first, a compile where it did not), so a worker that fails, hangs (killed after a while)
+or never starts changes nothing but the time.
+
+CompileWorker starts the worker (``WORKER``): the backend's name and a file of the programs in argv.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..errors import DelegateError
+from .codegen import KernelSpec
+
+if TYPE_CHECKING:
+    from .base import Backend
+
+log = logging.getLogger("gpu_delegate")
+
+# what the worker process runs (not ``-m`` of this module, which the package has imported by then), with the
+# folder holding this package first on its path: the same package, whatever its name and however it was found
+WORKER = f"from {__name__} import main; main()"
+PACKAGE_ROOT = Path(__file__).resolve().parents[2]
+# GPU_DELEGATE_COMPILE_WORKER=0 turns the worker off, =1 on wherever it can work (busy cores or not)
+SWITCH = "GPU_DELEGATE_COMPILE_WORKER"
+# The worker starts only where the cores of the process, less the load average (of the last minute), leave this
+# many free: it costs CPU time (~0.9 s for MobileNetV2 on PoCL: its start and programs built twice), which on a
+# host whose cores are busy comes out of the start it should shorten (2 cores at load 7.5-8.5: MobileNetV2 cold
+# on cl 13.8 against 14.4 s without, on gl 9.3 against 5.5 s, bench/cold_warm.py, medians of 3).
+IDLE_CORES = 0.5
+# A worker that has not finished a program it claimed this long after this process ran out of its own (and at
+# least WAIT_FACTOR times the slowest program this process did) is killed, and its programs compiled here.
+WAIT_MIN_S = 10.0
+WAIT_FACTOR = 3.0
+
+
+@dataclass
+class Launch:
+    """One first launch: a kernel and the vec4 count of each of its arguments' scratch buffers (at least what
+    the kernel reads and writes: the sizes of the buffers the plan binds to it)."""
+
+    spec: KernelSpec
+    sizes: list[int]
+
+
+@dataclass
+class Group:
+    """One driver program: the specs ``Backend.program_groups`` put in it, and the launches that compile them."""
+
+    specs: list[KernelSpec]
+    launches: list[Launch]
+
+
+def fill(backend: Backend, group: Group) -> None:
+    """Build the driver program of ``group`` and launch each of its kernels once on zeroed scratch buffers (every
+    input zero, so no kernel indexes by data it did not write), waiting for them: what the driver compiles at a
+    build and at a first launch is then in its caches."""
+    programs, _ = backend.compile_all(group.specs, bundle_kernels=len(group.specs))
+    by_spec = {id(spec): program for spec, program in zip(group.specs, programs)}
+    for launch in group.launches:
+        program = by_spec.get(id(launch.spec)) or backend.compile(launch.spec)
+        buffers = [backend.alloc(n, launch.spec.arg_precision(arg)) for arg, n in zip(launch.spec.args, launch.sizes)]
+        try:
+            backend.dispatch_all([(program, buffers)])
+            backend.finish()
+        finally:
+            for buffer in buffers:
+                backend.free(buffer)
+
+
+def _claim(claims: Path, index: int) -> bool:
+    try:
+        os.close(os.open(claims / str(index), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+    except FileExistsError:
+        return False
+    return True
+
+
+def _done(claims: Path, index: int) -> None:
+    (claims / f"{index}.done").touch()
+
+
+def can_help(backend: Backend) -> bool:
+    """Whether a worker could help this backend, by facts that hold from one start to the next: its driver
+    compiles at first launches into a disk cache that other processes read, the process may run on more than one
+    core, a Python interpreter can start the worker, and the switch is not off. Where it could, every start builds
+    a partition's kernels as the programs a worker would share (PlanRunner.compile), whether one runs or not, so
+    that the driver's cache holds the programs the next start asks for."""
+    if os.environ.get(SWITCH, "") == "0" or not backend.first_launch_disk_cache:
+        return False
+    # the worker is ``sys.executable -c``: a Python interpreter, not an app embedding one (or a frozen app)
+    if getattr(sys, "frozen", False) or not Path(sys.executable or "-").name.startswith("python"):
+        return False
+    return _cores() >= 2
+
+
+def wanted(backend: Backend) -> bool:
+    """Whether to start a worker now: it could help (``can_help``), and one of the cores is idle (IDLE_CORES)
+    unless the switch is on."""
+    if not can_help(backend):
+        return False
+    if os.environ.get(SWITCH, "") == "1":
+        return True
+    try:
+        busy = os.getloadavg()[0]
+    except OSError:  # no load average on this system: assume the other cores are free
+        busy = 0.0
+    return _cores() - busy >= IDLE_CORES
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+class CompileWorker:
+    """The worker process, handed ``groups`` (in a file: a pipe would hold this process up until the worker has
+    started and reads): ``share`` compiles this process's part meanwhile (the first program while the worker
+    starts); ``close`` ends it."""
+
+    def __init__(self, backend: str, groups: list[Group]) -> None:
+        self.backend = backend
+        self.groups = groups
+        self.claims = Path(tempfile.mkdtemp(prefix="gpu_delegate-compile-"))
+        self.process: subprocess.Popen[bytes] | None = None
+        self.done_there: set[int] = set()  # the groups the worker finished (share)
+        try:
+            job = self.claims / "job"
+            job.write_bytes(pickle.dumps(groups))
+            path = os.pathsep.join([str(PACKAGE_ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
+            self.process = subprocess.Popen([sys.executable, "-c", WORKER, backend, str(job)],
+                                            env={**os.environ, "PYTHONPATH": path}, stdin=subprocess.DEVNULL,
+                                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        except (OSError, pickle.PicklingError) as e:
+            log.info("%s: no compile worker (%s)", backend, e)
+
+    def share(self, backend: Backend, progress: Callable[[int], None] | None = None) -> set[int]:
+        """Compile the groups here from the first, the worker from the last; then wait until the worker has
+        finished the ones it took (or give up on it). Returns the indices of the groups done here."""
+        mine: set[int] = set()
+        slowest = 0.0
+        for index, group in enumerate(self.groups):
+            if not _claim(self.claims, index):
+                continue
+            mine.add(index)
+            t0 = time.perf_counter()
+            fill(backend, group)
+            slowest = max(slowest, time.perf_counter() - t0)
+            if progress is not None:
+                progress(len(group.specs))
+        theirs = [i for i in range(len(self.groups)) if i not in mine]
+        t0 = time.perf_counter()
+        self._wait(theirs, max(WAIT_MIN_S, WAIT_FACTOR * slowest))
+        self.done_there = {i for i in theirs if (self.claims / f"{i}.done").exists()}
+        log.info("%s: %d of %d programs compiled here, %d by the compile worker (waited %.2f s for it)",
+                 self.backend, len(mine), len(self.groups), len(self.done_there), time.perf_counter() - t0)
+        return mine
+
+    def _wait(self, theirs: list[int], timeout: float) -> None:
+        """Until the worker has marked ``theirs`` done or exited, at most ``timeout`` seconds."""
+        deadline = time.perf_counter() + timeout
+        while self.process is not None and self.process.poll() is None:
+            if all((self.claims / f"{i}.done").exists() for i in theirs):
+                return
+            if time.perf_counter() > deadline:
+                log.warning("%s: the compile worker did not finish in %.0f s; compiling its kernels here",
+                            self.backend, timeout)
+                return
+            time.sleep(0.005)
+
+    def close(self) -> None:
+        """End the worker (by now it holds no claim it has not finished, or it is stuck) and remove its files."""
+        if self.process is not None:
+            if self.process.poll() is None:
+                self.process.kill()
+            self.process.wait()
+            if self.process.returncode not in (0, -signal.SIGKILL):
+                log.info("%s: the compile worker exited with %s", self.backend, self.process.returncode)
+        shutil.rmtree(self.claims, ignore_errors=True)
+
+    def __enter__(self) -> CompileWorker:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def serve(backend_name: str, job: Path) -> None:
+    """The worker's side: open the device, then take the programs of the job from the last, skipping those
+    claimed already."""
+    from . import create_backend
+
+    backend = create_backend(backend_name)
+    groups: list[Group] = pickle.loads(job.read_bytes())  # noqa: S301  (written by the process that started this one)
+    claims = job.parent
+    for index in reversed(range(len(groups))):
+        if not _claim(claims, index):
+            continue
+        fill(backend, groups[index])
+        _done(claims, index)
+
+
+def main() -> None:
+    """The worker process (``WORKER``): the backend's name and the job's file in argv."""
+    try:
+        serve(sys.argv[1], Path(sys.argv[2]))
+    except (DelegateError, OSError, pickle.UnpicklingError) as e:
+        sys.exit(f"gpu_delegate compile worker: {e}")
