@@ -95,6 +95,18 @@ def assert_matches(ours: list[np.ndarray], ref: list[np.ndarray], rel: float = 1
             np.testing.assert_array_equal(o, r, err_msg=f"output {k}")
 
 
+def run_wholly_on_gpu(content: bytes, inputs: list[np.ndarray], backend: str, fp16: bool = False
+                      ) -> tuple[list[str], list[np.ndarray]]:
+    """Run ``content`` on the shared delegate of ``backend``, asserting that every node ran there: the names of
+    the kernels its plan launches, in order, and the outputs."""
+    it = gd.Interpreter(model_content=content, experimental_delegates=[shared_delegate(backend, fp16)])
+    outs = run(it, inputs)
+    for d in it.get_ops_details():
+        assert d["backend"] == backend, f"node {d['index']} ({d['op_name']}) ran on {d['backend']}"
+    (plan,) = [s.kernel.runner.plan for s in it._steps if hasattr(getattr(s, "kernel", None), "runner")]
+    return [k.kernel for k in plan.kernels], outs
+
+
 @functools.cache
 def shared_delegate(backend: str, fp16: bool = False, quantized: bool = True) -> gd.GpuDelegate:
     """One GpuDelegate per backend and options for the whole session: programs compiled once are reused."""

@@ -13,20 +13,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import gpu_delegate as gd
 from gpu_delegate.tflite.writer import ModelBuilder
 
-from .reference import assert_float_close, run, run_litert
-from .reference import shared_delegate as delegate
-
-
-def run_gpu(content: bytes, inputs: list[np.ndarray], backend: str, fp16: bool = False):
-    it = gd.Interpreter(model_content=content, experimental_delegates=[delegate(backend, fp16)])
-    outs = run(it, inputs)
-    for d in it.get_ops_details():
-        assert d["backend"] == backend, f"node {d['index']} ({d['op_name']}) ran on {d['backend']}"
-    (plan,) = [s.kernel.runner.plan for s in it._steps if hasattr(getattr(s, "kernel", None), "runner")]
-    return [k.kernel for k in plan.kernels], outs
+from .reference import assert_float_close, run_litert, run_wholly_on_gpu
 
 
 def logical(shape: tuple[int, ...], adj: bool) -> tuple[int, ...]:
@@ -62,7 +51,7 @@ def test_batch_matmul_matches_litert(backend, xs, ys, adj_x, adj_y):
     xs, ys = logical(xs, adj_x), logical(ys, adj_y)
     content = matmul_model(xs, ys, adj_x, adj_y)
     inputs = [values(xs, 1), values(ys, 2)]
-    kernels, outs = run_gpu(content, inputs, backend)
+    kernels, outs = run_wholly_on_gpu(content, inputs, backend)
     assert kernels == ["batch_matmul"], kernels
     assert_float_close(outs[0], run_litert(content, inputs)[0], 1e-5,
                        what=f"{xs} x {ys} adj_x={adj_x} adj_y={adj_y} on {backend}")
@@ -73,7 +62,7 @@ def test_batch_matmul_constant_second_operand(backend, adj_y):
     xs, ys = (2, 5, 11), logical((11, 7), adj_y)
     content = matmul_model(xs, ys, False, adj_y, y_const=values(ys, 3))
     inputs = [values(xs, 4)]
-    _, outs = run_gpu(content, inputs, backend)
+    _, outs = run_wholly_on_gpu(content, inputs, backend)
     assert_float_close(outs[0], run_litert(content, inputs)[0], 1e-5, what=f"constant y adj_y={adj_y} on {backend}")
 
 
@@ -81,7 +70,7 @@ def test_batch_matmul_fp16_storage(backend):
     xs, ys = (2, 3, 9, 6), (2, 3, 6, 10)
     content = matmul_model(xs, ys, False, False)
     inputs = [values(xs, 5), values(ys, 6)]
-    _, outs = run_gpu(content, inputs, backend, fp16=True)
+    _, outs = run_wholly_on_gpu(content, inputs, backend, fp16=True)
     assert_float_close(outs[0], run_litert(content, inputs)[0], 1e-2, what=f"fp16 storage on {backend}")
 
 
@@ -153,7 +142,7 @@ def test_attention_transposes_fold_into_the_products(backend, batch, tokens, hea
     content = attention_model(batch, tokens, heads, head, scores_perm)
     shape = (batch, tokens, heads, head)
     inputs = [values(shape, 7), values(shape, 8), values(shape, 9)]
-    kernels, outs = run_gpu(content, inputs, backend)
+    kernels, outs = run_wholly_on_gpu(content, inputs, backend)
     assert kernels == ["batch_matmul_softmax", "batch_matmul"], kernels
     assert_float_close(outs[0], run_litert(content, inputs)[0], 1e-5, what=f"attention {shape} on {backend}")
 
@@ -168,7 +157,7 @@ def test_attention_reshapes_of_the_channels_fold_into_the_products(backend, batc
     content = attention_model(batch, tokens, heads, head, merged=True)
     flat = (batch, tokens, heads * head)
     inputs = [values(flat, 18), values(flat, 19), values(flat, 20)]
-    kernels, outs = run_gpu(content, inputs, backend)
+    kernels, outs = run_wholly_on_gpu(content, inputs, backend)
     assert "remap" not in kernels and kernels.count("reshape") == reshapes_left, kernels
     assert_float_close(outs[0], run_litert(content, inputs)[0], 1e-5, what=f"attention {flat} on {backend}")
 
@@ -177,7 +166,7 @@ def test_attention_transposes_fold_with_fp16_storage(backend):
     content = attention_model(2, 12, 2, 10)
     shape = (2, 12, 2, 10)
     inputs = [values(shape, 10), values(shape, 11), values(shape, 12)]
-    kernels, outs = run_gpu(content, inputs, backend, fp16=True)
+    kernels, outs = run_wholly_on_gpu(content, inputs, backend, fp16=True)
     assert "remap" not in kernels, kernels
     assert_float_close(outs[0], run_litert(content, inputs)[0], 1e-2, what=f"fp16 attention on {backend}")
 
@@ -191,7 +180,7 @@ def test_scores_scale_and_softmax_are_one_kernel(backend, batch, tokens, heads, 
     content = attention_model(batch, tokens, heads, head, scores_perm, scale=scale, beta=beta)
     shape = (batch, tokens, heads, head)
     inputs = [values(shape, 21), values(shape, 22) * 3, values(shape, 23)]  # scores spread wide: max matters
-    kernels, outs = run_gpu(content, inputs, backend)
+    kernels, outs = run_wholly_on_gpu(content, inputs, backend)
     assert kernels == ["batch_matmul_softmax", "batch_matmul"], kernels
     assert_float_close(outs[0], run_litert(content, inputs)[0], 1e-5, what=f"scores + softmax {shape} on {backend}")
 
@@ -201,7 +190,7 @@ def test_scores_reshaped_to_their_own_shape_still_one_kernel(backend, where):
     shape = (2, 9, 2, 8)
     content = attention_model(*shape, scale=0.35, reshaped_scores=where)
     inputs = [values(shape, 30), values(shape, 31), values(shape, 32)]
-    kernels, outs = run_gpu(content, inputs, backend)
+    kernels, outs = run_wholly_on_gpu(content, inputs, backend)
     assert kernels == ["batch_matmul_softmax", "batch_matmul"], kernels
     assert_float_close(outs[0], run_litert(content, inputs)[0], 1e-5, what=f"reshaped scores on {backend}")
 
@@ -218,7 +207,7 @@ def test_product_scale_and_softmax_of_any_operand_layout_are_one_kernel(backend,
     mb.output(p)
     content = mb.build()
     inputs = [values(xs, 33), values(ys, 34)]
-    kernels, outs = run_gpu(content, inputs, backend)
+    kernels, outs = run_wholly_on_gpu(content, inputs, backend)
     assert kernels == ["batch_matmul_softmax"], kernels
     assert_float_close(outs[0], run_litert(content, inputs)[0], 1e-5,
                        what=f"adj_x={adj_x} adj_y={adj_y} softmax on {backend}")
@@ -228,7 +217,7 @@ def test_scores_and_softmax_fp16_storage(backend):
     shape = (2, 11, 2, 8)
     content = attention_model(*shape, scale=0.35)
     inputs = [values(shape, 24), values(shape, 25), values(shape, 26)]
-    kernels, outs = run_gpu(content, inputs, backend, fp16=True)
+    kernels, outs = run_wholly_on_gpu(content, inputs, backend, fp16=True)
     assert kernels == ["batch_matmul_softmax", "batch_matmul"], kernels
     assert_float_close(outs[0], run_litert(content, inputs)[0], 1e-2, what=f"fp16 scores + softmax on {backend}")
 
@@ -237,7 +226,7 @@ def test_scores_read_elsewhere_keep_their_own_softmax(backend):
     shape = (1, 9, 2, 8)
     content = attention_model(*shape, scale=0.35, also_scores=True)
     inputs = [values(shape, 27), values(shape, 28), values(shape, 29)]
-    kernels, outs = run_gpu(content, inputs, backend)
+    kernels, outs = run_wholly_on_gpu(content, inputs, backend)
     assert "batch_matmul_softmax" not in kernels and "softmax" in kernels, kernels
     for o, r in zip(outs, run_litert(content, inputs)):
         assert_float_close(o, r, 1e-5, what=f"scores also an output on {backend}")
@@ -253,7 +242,7 @@ def test_transpose_moving_the_channels_to_a_batch_axis_stays_a_kernel(backend):
     mb.output(z)
     content = mb.build()
     inputs = [values((2, 3, 5), 13), values((5, 3, 4), 14)]
-    kernels, outs = run_gpu(content, inputs, backend)
+    kernels, outs = run_wholly_on_gpu(content, inputs, backend)
     assert kernels == ["remap", "batch_matmul"], kernels
     assert_float_close(outs[0], run_litert(content, inputs)[0], 1e-5, what=f"unfolded transpose on {backend}")
 
@@ -262,7 +251,7 @@ def test_transpose_read_elsewhere_too_stays_a_kernel(backend):
     shape = (1, 8, 2, 4)
     content = attention_model(*shape, also_keys=True)
     inputs = [values(shape, 15), values(shape, 16), values(shape, 17)]
-    kernels, outs = run_gpu(content, inputs, backend)
+    kernels, outs = run_wholly_on_gpu(content, inputs, backend)
     assert kernels.count("remap") == 1, kernels
     for o, r in zip(outs, run_litert(content, inputs)):
         assert_float_close(o, r, 1e-5, what=f"keys also an output on {backend}")

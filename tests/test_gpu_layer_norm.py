@@ -8,20 +8,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import gpu_delegate as gd
 from gpu_delegate.tflite.writer import ModelBuilder
 
-from .reference import assert_float_close, run, run_litert
-from .reference import shared_delegate as delegate
-
-
-def run_gpu(content: bytes, inputs: list[np.ndarray], backend: str, fp16: bool = False):
-    it = gd.Interpreter(model_content=content, experimental_delegates=[delegate(backend, fp16)])
-    outs = run(it, inputs)
-    for d in it.get_ops_details():
-        assert d["backend"] == backend, f"node {d['index']} ({d['op_name']}) ran on {d['backend']}"
-    (plan,) = [s.kernel.runner.plan for s in it._steps if hasattr(getattr(s, "kernel", None), "runner")]
-    return [k.kernel for k in plan.kernels], outs
+from .reference import assert_float_close, run_litert, run_wholly_on_gpu
 
 
 def layer_norm_model(shape: tuple[int, ...], with_beta: bool, also_mean: bool = False, eps: float = 1e-3) -> bytes:
@@ -71,7 +60,7 @@ def test_layer_norm_is_one_kernel_as_close_to_litert_as_the_chain(backend, shape
     content = layer_norm_model(shape, with_beta)
     xs = inputs_for(shape)
     ref = run_litert(content, xs)
-    kernels, outs = run_gpu(content, xs, backend)
+    kernels, outs = run_wholly_on_gpu(content, xs, backend)
     assert kernels.count("layer_norm") == 1 and kernels.count("reduce") == 0, kernels
     assert_float_close(outs[0], ref[0], 1e-5, what=f"layer norm {shape} on {backend}")
 
@@ -81,7 +70,7 @@ def test_layer_norm_fp16_storage(backend):
     content = layer_norm_model(shape, True)
     xs = inputs_for(shape, seed=1)
     ref = run_litert(content, xs)
-    kernels, outs = run_gpu(content, xs, backend, fp16=True)
+    kernels, outs = run_wholly_on_gpu(content, xs, backend, fp16=True)
     assert "layer_norm" in kernels, kernels
     assert_float_close(outs[0], ref[0], 2e-2, what=f"fp16 layer norm on {backend}")
 
@@ -91,7 +80,7 @@ def test_layer_norm_whose_mean_is_read_elsewhere_stays_a_chain(backend):
     content = layer_norm_model(shape, False, also_mean=True)
     xs = inputs_for(shape, seed=2)
     ref = run_litert(content, xs)
-    kernels, outs = run_gpu(content, xs, backend)
+    kernels, outs = run_wholly_on_gpu(content, xs, backend)
     assert "layer_norm" not in kernels and "reduce" in kernels, kernels
     for o, r in zip(outs, ref):
         assert_float_close(o, r, 1e-5, what=f"unfused chain on {backend}")
