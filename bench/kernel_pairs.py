@@ -7,9 +7,10 @@ among kernels of the same name (conv2d with conv2d, ...): the int8 plan's extra 
 with nothing. Printed: per pair the two times, their ratio, and the kernel's grid, blocking and post-ops; then the
 totals per kernel name.
 
-Why not `gpu-delegate benchmark --enable_op_profiling`: its profiled invoke runs several times slower than a plain
-one on llvmpipe and PoCL, and on GL it showed int8 ResNet50 level with its fp32 twin while plain dispatches were
-1.6x apart (conv2d.dialect's write loop, which Mesa stopped unrolling once a fake-quant was fused into it).
+Why not `gpu-delegate benchmark --enable_op_profiling`: it profiles one model at a time, and with TFLite's default
+flags (`--gpu_precision_loss_allowed=true`: fp16 storage, which PoCL and llvmpipe emulate at 3-10x a kernel's fp32
+time) it showed GL int8 ResNet50 level with its fp32 twin while the fp32-storage plans here were 1.6x apart
+(conv2d.dialect's write loop, which Mesa stopped unrolling once a fake-quant was fused into it).
 
     python bench/kernel_pairs.py --backend gl A.tflite B.tflite [--rounds 3]
     PYTHONPATH=/tmp/old python bench/kernel_pairs.py --backend gl M.tflite M.tflite --baseline gpu_delegate_old
