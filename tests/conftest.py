@@ -1,6 +1,11 @@
+import os
 from collections.abc import Callable
 
 import pytest
+
+# no compile worker process beside the tests' own starts (CPU the other tests share, and starts that would depend
+# on the host's load): tests/test_first_start.py's worker tests ask for one
+os.environ.setdefault("GPU_DELEGATE_COMPILE_WORKER", "0")
 
 from .reference import shared_delegate
 

@@ -519,6 +519,7 @@ def workers(monkeypatch):
     """A compile worker for BLOCK (whose partition is under WORKER_KERNELS), its kernels in programs of 2; the
     odd programs left to the worker (this process never claims them, so it waits for the worker's); every
     worker collected once closed."""
+    monkeypatch.delenv(compile_worker.SWITCH, raising=False)  # conftest's "0"
     monkeypatch.setattr(runner_mod, "WORKER_KERNELS", 2)
     monkeypatch.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0))  # whatever else this host runs
     monkeypatch.setattr(runner_mod, "WORKER_PROGRAMS", 4)
@@ -606,6 +607,7 @@ def test_a_stuck_worker_is_killed(workers, monkeypatch, fresh_programs, caplog):
 def test_no_worker_where_it_cannot_help(backend, monkeypatch):
     """One core, busy cores, the switch off, the driver's disk cache off, or no Python interpreter to start: no
     worker; nor with a driver that keeps no disk cache of its first launches (a GPU's)."""
+    monkeypatch.delenv(compile_worker.SWITCH, raising=False)  # conftest's "0"
     b = create_backend(backend)
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
     monkeypatch.setattr(os, "getloadavg", lambda: (1.2, 0.0, 0.0))
