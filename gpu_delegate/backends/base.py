@@ -468,15 +468,7 @@ class Backend(ABC):
         ``progress(n)`` follows each driver program with the number of kernels it held. Returns the programs
         and how many kernels were compiled from source."""
         binaries = binaries or {}
-        programs: list[Program | None] = [None] * len(specs)
-        todo: dict[bytes, tuple[KernelSpec, str]] = {}  # source key -> a spec of that source, its text
-        prepared = []
-        for i, spec in enumerate(specs):
-            local, source, key = self._prepare(spec)
-            prepared.append((local, source, key))
-            programs[i] = self._known(spec, local, source, key)
-            if programs[i] is None:
-                todo.setdefault(key, (spec, source))
+        prepared, programs, todo = self._pending(specs)
         compiled = 0
         for group in self._bundles(list(todo.items()), bundle_kernels):
             compiled += self._compile_group(group, binaries)
@@ -490,12 +482,20 @@ class Backend(ABC):
         """The driver programs ``compile_all(specs, bundle_kernels=bundle_kernels)`` would build, each as the
         specs it holds (one per distinct source, in order; none that this instance compiled before):
         ``compile_all`` of one such group builds the same program text as ``compile_all`` of them all."""
-        todo: dict[bytes, tuple[KernelSpec, str]] = {}
-        for spec in specs:
-            local, source, key = self._prepare(spec)
-            if self._known(spec, local, source, key) is None:
-                todo.setdefault(key, (spec, source))
+        todo = self._pending(specs)[2]
         return [[spec for _, (spec, _) in group] for group in self._bundles(list(todo.items()), bundle_kernels)]
+
+    def _pending(self, specs: list[KernelSpec]) -> tuple[list[tuple[tuple[int, int, int], str, bytes]],
+                                                          list[Program | None], dict[bytes, tuple[KernelSpec, str]]]:
+        """Each spec's work-group size, text and key (``_prepare``); the program this instance already has for
+        it, or None; and the sources still to build, in order (source key -> a spec of that source, its text)."""
+        prepared = [self._prepare(spec) for spec in specs]
+        programs = [self._known(spec, *p) for spec, p in zip(specs, prepared)]
+        todo: dict[bytes, tuple[KernelSpec, str]] = {}
+        for spec, (_, source, key), program in zip(specs, prepared, programs):
+            if program is None:
+                todo.setdefault(key, (spec, source))
+        return prepared, programs, todo
 
     def _bundles(self, items: list[tuple[bytes, tuple[KernelSpec, str]]], bundle_kernels: int | None = None
                  ) -> list[list[tuple[bytes, tuple[KernelSpec, str]]]]:
