@@ -98,8 +98,9 @@ def _claim(claims: Path, index: int) -> bool:
     return True
 
 
-def _done(claims: Path, index: int) -> None:
-    (claims / f"{index}.done").touch()
+def _done(claims: Path, index: int) -> Path:
+    """The file that marks program ``index`` finished by the worker."""
+    return claims / f"{index}.done"
 
 
 def can_help(backend: Backend) -> bool:
@@ -175,7 +176,7 @@ class CompileWorker:
         theirs = [i for i in range(len(self.groups)) if i not in mine]
         t0 = time.perf_counter()
         self._wait(theirs, max(WAIT_MIN_S, WAIT_FACTOR * slowest))
-        self.done_there = {i for i in theirs if (self.claims / f"{i}.done").exists()}
+        self.done_there = {i for i in theirs if _done(self.claims, i).exists()}
         log.info("%s: %d of %d programs compiled here, %d by the compile worker (waited %.2f s for it)",
                  self.backend, len(mine), len(self.groups), len(self.done_there), time.perf_counter() - t0)
         return mine
@@ -184,7 +185,7 @@ class CompileWorker:
         """Until the worker has marked ``theirs`` done or exited, at most ``timeout`` seconds."""
         deadline = time.perf_counter() + timeout
         while self.process is not None and self.process.poll() is None:
-            if all((self.claims / f"{i}.done").exists() for i in theirs):
+            if all(_done(self.claims, i).exists() for i in theirs):
                 return
             if time.perf_counter() > deadline:
                 log.warning("%s: the compile worker did not finish in %.0f s; compiling its kernels here",
@@ -221,7 +222,7 @@ def serve(backend_name: str, job: Path) -> None:
         if not _claim(claims, index):
             continue
         fill(backend, groups[index])
-        _done(claims, index)
+        _done(claims, index).touch()
 
 
 def main() -> None:
