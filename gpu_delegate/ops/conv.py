@@ -853,7 +853,7 @@ def lower_fully_connected(node: Node, ctx: LowerContext) -> None:
     ctx.kernel("fully_connected", {"src": src}, {"dst": dst}, consts, defines, (ob * oh * ow, s, 1))
 
 
-BMM_ROWS = 4  # rows m per work item of batch_matmul.dialect (an X stored with m as channels gives 4 per read)
+BMM_ROWS = 4  # rows m per work item of batch_matmul(_softmax).dialect (an X stored with m as channels: 4 a read)
 
 
 def _axis_strides(shape: tuple[int, ...], seen: tuple[int, ...], axes: list[int]) -> tuple[list[int], int]:
@@ -906,7 +906,7 @@ def lower_batch_matmul(node: Node, ctx: LowerContext) -> None:
     if d_channels != 3:
         raise DelegateError(f"{node}: its output is written through a transpose that moves its columns off channels")
     ob, oh, _, _ = bhwc(ctx.shape(out))
-    defines: Defines = {"M": m, "N": n, "K": k, "TM": BMM_ROWS, "Y_CONST": int(ctx.is_const(y)),
+    defines: Defines = {"M": m, "N": n, "K": k, "Y_CONST": int(ctx.is_const(y)),
                         "X_K_VEC": int(x_channels == xk), "Y_N_VEC": int(y_channels == yn),
                         "X_SB": x_strides[0], "X_SH": x_strides[1], "X_SM": x_strides[xm], "X_SK": x_strides[xk],
                         "Y_SB": y_strides[0], "Y_SH": y_strides[1], "Y_SK": y_strides[yk], "Y_SN": y_strides[yn],
@@ -918,9 +918,8 @@ def lower_batch_matmul(node: Node, ctx: LowerContext) -> None:
         inputs["y"] = y
     softmax = ctx.softmax_after(node)
     if softmax is not None:
-        defines.pop("TM")
         defines.update({"SCALE": softmax[0], "BETA": softmax[1]})
-        ctx.kernel("batch_matmul_softmax", inputs, {"dst": out}, consts, defines, (-(-m // 4), oh, ob))
+        ctx.kernel("batch_matmul_softmax", inputs, {"dst": out}, consts, defines, (-(-m // BMM_ROWS), oh, ob))
         return
     ctx.kernel("batch_matmul", inputs, {"dst": out}, consts, defines,
                (-(-m // BMM_ROWS), oh, ob * slices(n)))
