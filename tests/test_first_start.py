@@ -564,11 +564,8 @@ def test_a_compile_worker_shares_the_first_start(backend, workers, fresh_program
     assert not worker.claims.exists() and len(worker.groups) >= 3
     assert worker.process.pid not in worker_processes(), "the worker outlived the start"
     fresh_programs()
-    os.environ[compile_worker.SWITCH] = "0"
-    try:
-        alone = start_block(backend)
-    finally:
-        del os.environ[compile_worker.SWITCH]
+    monkeypatch.setenv(compile_worker.SWITCH, "0")
+    alone = start_block(backend)
     assert len(workers) == 1, "a worker despite the switch"
     for ours, single, ref in zip(out, alone, run_litert(BLOCK, BLOCK_INPUTS)):
         np.testing.assert_array_equal(ours, single)
