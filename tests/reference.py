@@ -103,8 +103,13 @@ def run_wholly_on_gpu(content: bytes, inputs: list[np.ndarray], backend: str, fp
     outs = run(it, inputs)
     for d in it.get_ops_details():
         assert d["backend"] == backend, f"node {d['index']} ({d['op_name']}) ran on {d['backend']}"
+    return [k.kernel for k in plan_of(it).kernels], outs
+
+
+def plan_of(it: gd.Interpreter):
+    """The plan of the interpreter's one GPU partition (a test's model delegates one)."""
     (plan,) = [s.kernel.runner.plan for s in it._steps if hasattr(getattr(s, "kernel", None), "runner")]
-    return [k.kernel for k in plan.kernels], outs
+    return plan
 
 
 @functools.cache

@@ -19,7 +19,7 @@ import numpy as np
 import gpu_delegate as gd
 from gpu_delegate.tflite.writer import ModelBuilder
 
-from .reference import assert_float_close, assert_quant_close, run, run_litert
+from .reference import assert_float_close, assert_quant_close, plan_of, run, run_litert
 from .reference import shared_delegate as delegate
 
 I32 = np.int32
@@ -112,8 +112,7 @@ def check_float(b: Builder, backend: str, fp16: bool = False):
 
 
 def plan_notes(it: gd.Interpreter) -> list[str]:
-    (plan,) = [s.kernel.runner.plan for s in it._steps if hasattr(getattr(s, "kernel", None), "runner")]
-    return plan.notes
+    return plan_of(it).notes
 
 
 def conv(b: Builder, x: str, out: str, cin: int, hw: tuple, cout: int, k: tuple, stride: int, padding: str,

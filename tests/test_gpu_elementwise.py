@@ -11,7 +11,7 @@ import pytest
 import gpu_delegate as gd
 from gpu_delegate.tflite.writer import ModelBuilder
 
-from .reference import assert_float_close, assert_quant_close, run, run_litert
+from .reference import assert_float_close, assert_quant_close, plan_of, run, run_litert
 from .reference import shared_delegate as delegate
 
 
@@ -33,10 +33,6 @@ def check_float(content: bytes, inputs: list[np.ndarray], backend: str, names: l
         assert_float_close(o, r, 2e-2 if fp16 else 1e-4, what=f"{name} on {backend}")
     return it
 
-
-def plan_of(it: gd.Interpreter):
-    (plan,) = [s.kernel.runner.plan for s in it._steps if hasattr(getattr(s, "kernel", None), "runner")]
-    return plan
 
 
 def chain(mb: ModelBuilder, src: int, shape: tuple[int, ...], steps: list[tuple]) -> int:

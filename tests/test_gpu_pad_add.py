@@ -10,13 +10,8 @@ import pytest
 import gpu_delegate as gd
 from gpu_delegate.tflite.writer import ModelBuilder
 
-from .reference import assert_float_close, random_inputs, run, run_litert
+from .reference import assert_float_close, plan_of, random_inputs, run, run_litert
 from .reference import shared_delegate as delegate
-
-
-def plan_of(it: gd.Interpreter):
-    (plan,) = [s.kernel.runner.plan for s in it._steps if hasattr(getattr(s, "kernel", None), "runner")]
-    return plan
 
 
 def blaze_blocks(batch: int) -> tuple[bytes, int]:

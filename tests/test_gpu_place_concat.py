@@ -15,7 +15,7 @@ from gpu_delegate.ops import get_op
 from gpu_delegate.tflite.reader import read_model
 from gpu_delegate.tflite.writer import ModelBuilder
 
-from .reference import assert_float_close, run, run_litert, shared_delegate
+from .reference import assert_float_close, plan_of, run, run_litert, shared_delegate
 
 SAME1 = {"padding": "SAME", "stride_w": 1, "stride_h": 1}
 
@@ -27,10 +27,6 @@ def gpu_run(content: bytes, inputs: list[np.ndarray], backend: str, fp16: bool =
     assert {d["backend"] for d in it.get_ops_details()} == {backend}, it.cpu_reasons()
     return outs, it
 
-
-def plan_of(it: gd.Interpreter):
-    (plan,) = [s.kernel.runner.plan for s in it._steps if hasattr(getattr(s, "kernel", None), "runner")]
-    return plan
 
 
 def placed_notes(it: gd.Interpreter) -> list[str]:

@@ -11,7 +11,7 @@ import pytest
 import gpu_delegate as gd
 from gpu_delegate.tflite.writer import ModelBuilder
 
-from .reference import assert_float_close, assert_quant_close, need_models, run, run_litert
+from .reference import assert_float_close, assert_quant_close, need_models, plan_of, run, run_litert
 from .reference import shared_delegate as delegate
 
 
@@ -95,7 +95,7 @@ def test_softmax_and_fused_writes(backend):
     it, outs = run_gpu(content, xs, backend)
     for name, o, r in zip(["SOFTMAX*10", "SOFTMAX 1000", "LOG_SOFTMAX", "SOFTMAX beta 2", "MEAN+bias"], outs, ref):
         assert_float_close(o, r, what=f"{name} on {backend}")
-    (plan,) = [s.kernel.runner.plan for s in it._steps if hasattr(getattr(s, "kernel", None), "runner")]
+    plan = plan_of(it)
     assert sorted(k.kernel for k in plan.kernels) == ["reduce", "softmax", "softmax", "softmax", "softmax"]
     assert len([n for n in plan.notes if n.startswith("fused ")]) == 2, plan.notes
 
