@@ -60,11 +60,13 @@ TUNE_SECONDS = 20.0
 TUNE_FOR_CACHE = ("gpu",)
 # A compile worker (backends/compile_worker.py) shares the compiles of a partition of at least WORKER_KERNELS
 # distinct kernels: its start costs ~0.4 s (a Python process importing the package and opening the device), a
-# kernel's first launch 0.05-0.1 s on PoCL and llvmpipe. The kernels then build as WORKER_PROGRAMS driver programs
-# (GL: one per shader, as always), shared out between the two processes as they go: PoCL's build costs ~0.1 s a
-# program more (CPU seconds of MobileNetV2's 34 kernels: 1.1 in 1 program, 1.2 in 2, 1.55 in 4, 1.7 in 6), and a
-# start without a worker builds them too. In CPU seconds of MobileNetV2 cold on cl, this process's and all:
-# 4.1-4.2 alone, 2.7 and 5.4 with 2 programs shared, 2.8-3.1 and 5.5-6.0 with 6.
+# kernel's first launch 0.05-0.2 s on PoCL and llvmpipe. The kernels then build as WORKER_PROGRAMS driver programs
+# (GL: one per shader, as always), one built by each process, and the first launches are shared out one at a time:
+# PoCL's build costs ~0.1 s a program more (CPU seconds of MobileNetV2's 34 kernels: 1.1 in 1 program, 1.2 in 2,
+# 1.55 in 4, 1.7 in 6), and a start without a worker builds them too. In CPU seconds of MobileNetV2 cold on cl, this
+# process's and all: 4.1-4.2 alone, 2.7 and 5.4 with 2 programs shared, 2.8-3.1 and 5.5-6.0 with 6. Shared a
+# launch at a time instead of a program at a time, face_detection_short_range's cold start on cl took 3.47 s
+# instead of 3.76 (bench/cold_warm.py, medians of 3, interleaved): the two processes finish together.
 WORKER_KERNELS = 16
 WORKER_PROGRAMS = 2
 
@@ -260,10 +262,13 @@ class PlanRunner:
             if worker and not binaries and compile_worker.wanted(self.backend):
                 groups = self.backend.program_groups(specs, bundle)
                 sizes = {id(spec): self._launch_sizes(binds) for spec, binds in zip(specs, self.binds)}
+                # a conversion's raw buffer holds at most as many vec4 as its PHWC4 tensor
+                sizes |= {id(spec): [a.n_vec4 or max(b.n_vec4 for b in spec.args) for a in spec.args]
+                          for spec in self.boundary}
                 shared = [Group(group, [Launch(s, sizes[id(s)]) for s in group if id(s) in sizes])
                           for group in groups]
                 with CompileWorker(self.backend.name, shared) as helper:
-                    compiled = sum(len(groups[i]) for i in helper.share(self.backend, advance))
+                    compiled = helper.share(self.backend, advance)
         programs, rest = self.backend.compile_all(specs, binaries, advance, bundle)
         compiled += rest
         self.programs = programs[:len(self.plan.kernels)]

@@ -517,14 +517,15 @@ def need_first_launch_cache(kind: str) -> None:
 @pytest.fixture
 def workers(monkeypatch):
     """A compile worker for BLOCK (whose partition is under WORKER_KERNELS), its kernels in programs of 2; the
-    odd programs left to the worker (this process never claims them, so it waits for the worker's); every
+    odd first launches left to the worker (this process never claims them, so it waits for the worker's); every
     worker collected once closed."""
     monkeypatch.delenv(compile_worker.SWITCH, raising=False)  # conftest's "0"
     monkeypatch.setattr(runner_mod, "WORKER_KERNELS", 2)
     monkeypatch.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0))  # whatever else this host runs
     monkeypatch.setattr(runner_mod, "WORKER_PROGRAMS", 4)
     claim = compile_worker._claim
-    monkeypatch.setattr(compile_worker, "_claim", lambda claims, index: index % 2 == 0 and claim(claims, index))
+    monkeypatch.setattr(compile_worker, "_claim",
+                        lambda claims, name: (not isinstance(name, int) or name % 2 == 0) and claim(claims, name))
     closed: list[compile_worker.CompileWorker] = []
     close = compile_worker.CompileWorker.close
 
@@ -549,7 +550,7 @@ def worker_processes() -> list[int]:
 
 
 def test_a_compile_worker_shares_the_first_start(backend, workers, fresh_programs, tmp_path, monkeypatch):
-    """The worker builds and first-launches the odd programs into the driver's disk cache, then exits; this
+    """The worker builds programs and does the odd first launches into the driver's disk cache, then exits; this
     process builds the same program texts: the results are those of a start without a worker, and LiteRT's."""
     need_first_launch_cache(backend)
     # the worker's own driver cache (this process's drivers read their variables once, long before)
@@ -582,13 +583,14 @@ def test_a_worker_that_fails_changes_nothing_but_the_time(workers, monkeypatch, 
         assert_float_close(ours, ref, 1e-4, what="a start whose compile worker failed")
 
 
-def test_a_stuck_worker_is_killed(workers, monkeypatch, fresh_programs, caplog):
-    """A worker that claimed a program and never finishes it is waited for a while, then killed; this process
-    compiles that program itself."""
+@pytest.mark.parametrize("claimed", ["1", "build0"])
+def test_a_stuck_worker_is_killed(workers, monkeypatch, fresh_programs, caplog, claimed):
+    """A worker that claimed a first launch (or the build of a program) and never finishes it is waited for a
+    while, then killed; this process compiles that launch (that program) itself."""
     need_first_launch_cache("gl")
     monkeypatch.setattr(compile_worker, "WAIT_MIN_S", 0.5)
     monkeypatch.setattr(compile_worker, "WORKER", "import pathlib, sys, time; "
-                        "(pathlib.Path(sys.argv[2]).parent / '1').touch(); time.sleep(600)")
+                        f"(pathlib.Path(sys.argv[2]).parent / {claimed!r}).touch(); time.sleep(600)")
     t0 = time.perf_counter()
     with caplog.at_level(logging.WARNING, logger="gpu_delegate"):
         out = start_block("gl")

@@ -1,12 +1,14 @@
-"""A first start on two cores: a second process compiles half of a partition's kernels into the driver's disk cache.
+"""A first start on two cores: a second process does half of a partition's compiles into the driver's disk cache.
 
 Drivers that compile on the CPU (PoCL, llvmpipe) compile each kernel at its first launch, one at a time: PoCL
 holds one compiler lock per process, llvmpipe compiles on the thread that dispatches. Both keep what they compile
 in a per-user disk cache (PoCL's kernel cache, Mesa's shader cache) that any process of the user reads. So a
 worker process builds the same driver programs from the same text and launches their kernels once on scratch
-buffers while this process does the same with the others; the programs the worker did are then cache lookups
-here. The processes share out the programs through claim files: this one takes them from the first, the worker
-from the last, each skipping what the other claimed.
+buffers, sharing the work with this process through claim files: the launches one at a time, this process from
+the first, the worker from the last, so that the two finish together however long each compile takes; a
+program is built by the process that claims it first (this one the first program, the worker the last), and
+by the other, once that one has marked it built, as a lookup in the driver's cache. The launches the worker
+did are then cache lookups here too.
 
 The worker only ever warms a cache: this process then builds and launches every program itself (a lookup where
 the worker got there first, a compile where it did not), so a worker that fails, hangs (killed after a while)
@@ -35,7 +37,7 @@ from ..errors import DelegateError
 from .codegen import KernelSpec
 
 if TYPE_CHECKING:
-    from .base import Backend
+    from .base import Backend, Program
 
 log = logging.getLogger("gpu_delegate")
 
@@ -50,8 +52,9 @@ SWITCH = "GPU_DELEGATE_COMPILE_WORKER"
 # host whose cores are busy comes out of the start it should shorten (2 cores at load 7.5-8.5: MobileNetV2 cold
 # on cl 13.8 against 14.4 s without, on gl 9.3 against 5.5 s, bench/cold_warm.py, medians of 3).
 IDLE_CORES = 0.5
-# A worker that has not finished a program it claimed this long after this process ran out of its own (and at
-# least WAIT_FACTOR times the slowest program this process did) is killed, and its programs compiled here.
+# A worker that has not finished a launch it claimed this long after this process ran out of its own (and at
+# least WAIT_FACTOR times the slowest launch this process did) is killed, and its launches compiled here; a process
+# that needs a program the other one claimed to build waits this long for it, then builds it itself.
 WAIT_MIN_S = 10.0
 WAIT_FACTOR = 3.0
 
@@ -73,14 +76,46 @@ class Group:
     launches: list[Launch]
 
 
-def fill(backend: Backend, group: Group) -> None:
-    """Build the driver program of ``group`` and launch each of its kernels once on zeroed scratch buffers (every
-    input zero, so no kernel indexes by data it did not write), waiting for them: what the driver compiles at a
-    build and at a first launch is then in its caches."""
-    programs, _ = backend.compile_all(group.specs, bundle_kernels=len(group.specs))
-    by_spec = {id(spec): program for spec, program in zip(group.specs, programs)}
-    for launch in group.launches:
-        program = by_spec.get(id(launch.spec)) or backend.compile(launch.spec)
+class Filler:
+    """One process's side of the sharing: builds a group's driver program once (waiting for the other process's
+    build where that one claimed it, then a lookup in the driver's cache), and launches a kernel once on zeroed
+    scratch buffers (every input zero, so no kernel indexes by data it did not write), waiting for it: what the
+    driver compiles at a build and at a first launch is then in its caches."""
+
+    def __init__(self, backend: Backend, groups: list[Group], claims: Path, other_alive: Callable[[], bool],
+                 progress: Callable[[int], None] | None = None) -> None:
+        self.backend = backend
+        self.groups = groups
+        self.claims = claims
+        self.other_alive = other_alive
+        self.progress = progress  # compile_all's, for each build
+        self.built: dict[int, dict[int, Program]] = {}  # per group: id(spec) -> its program
+        self.compiled = 0  # kernels compiled from source by the builds
+
+    def build(self, index: int) -> dict[int, Program]:
+        if index not in self.built:
+            mark = _built(self.claims, index)
+            if not _claim(self.claims, f"build{index}"):
+                deadline = time.perf_counter() + WAIT_MIN_S
+                while not mark.exists() and self.other_alive() and time.perf_counter() < deadline:
+                    time.sleep(0.005)
+                if not mark.exists():
+                    log.info("%s: program %d, claimed by the other process, is not built; building it here",
+                             self.backend.name, index)
+            specs = self.groups[index].specs
+            programs, compiled = self.backend.compile_all(specs, progress=self.progress, bundle_kernels=len(specs))
+            mark.touch()
+            self.compiled += compiled
+            self.built[index] = {id(spec): program for spec, program in zip(specs, programs)}
+        return self.built[index]
+
+    def launch(self, task: tuple[int, int]) -> None:
+        """Launch ``task`` (group, launch) once, building its group first if this process has not."""
+        index, which = task
+        programs = self.build(index)
+        backend = self.backend
+        launch = self.groups[index].launches[which]
+        program = programs.get(id(launch.spec)) or backend.compile(launch.spec)
         buffers = [backend.alloc(n, launch.spec.arg_precision(arg)) for arg, n in zip(launch.spec.args, launch.sizes)]
         try:
             backend.dispatch_all([(program, buffers)])
@@ -90,17 +125,28 @@ def fill(backend: Backend, group: Group) -> None:
                 backend.free(buffer)
 
 
-def _claim(claims: Path, index: int) -> bool:
+def tasks(groups: list[Group]) -> list[tuple[int, int]]:
+    """The first launches the two processes share out, one at a time: (group, launch) of every group."""
+    return [(index, which) for index, group in enumerate(groups) for which in range(len(group.launches))]
+
+
+def _claim(claims: Path, name: int | str) -> bool:
+    """Whether this process is the first to claim ``name`` (a launch's number, or "build<group>")."""
     try:
-        os.close(os.open(claims / str(index), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+        os.close(os.open(claims / str(name), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
     except FileExistsError:
         return False
     return True
 
 
 def _done(claims: Path, index: int) -> Path:
-    """The file that marks program ``index`` finished by the worker."""
+    """The file that marks launch ``index`` finished by the worker."""
     return claims / f"{index}.done"
+
+
+def _built(claims: Path, index: int) -> Path:
+    """The file that marks program ``index`` built (in the driver's cache for the other process)."""
+    return claims / f"{index}.built"
 
 
 def can_help(backend: Backend) -> bool:
@@ -140,15 +186,14 @@ def _cores() -> int:
 
 class CompileWorker:
     """The worker process, handed ``groups`` (in a file: a pipe would hold this process up until the worker has
-    started and reads): ``share`` compiles this process's part meanwhile (the first program while the worker
-    starts); ``close`` ends it."""
+    started and reads): ``share`` does this process's part meanwhile; ``close`` ends it."""
 
     def __init__(self, backend: str, groups: list[Group]) -> None:
         self.backend = backend
         self.groups = groups
         self.claims = Path(tempfile.mkdtemp(prefix="gpu_delegate-compile-"))
         self.process: subprocess.Popen[bytes] | None = None
-        self.done_there: set[int] = set()  # the groups the worker finished (share)
+        self.done_there: set[int] = set()  # the launches the worker finished (share), numbered as by tasks
         try:
             job = self.claims / "job"
             job.write_bytes(pickle.dumps(groups))
@@ -159,27 +204,31 @@ class CompileWorker:
         except (OSError, pickle.PicklingError) as e:
             log.info("%s: no compile worker (%s)", backend, e)
 
-    def share(self, backend: Backend, progress: Callable[[int], None] | None = None) -> set[int]:
-        """Compile the groups here from the first, the worker from the last; then wait until the worker has
-        finished the ones it took (or give up on it). Returns the indices of the groups done here."""
+    def share(self, backend: Backend, progress: Callable[[int], None] | None = None) -> int:
+        """Do the first launches (``tasks``) here from the first, the worker from the last, each building a
+        program where it needs one; then wait until the worker has finished the launches it took (or give up on
+        it). Returns how many kernels the builds here compiled from source."""
+        here = Filler(backend, self.groups, self.claims, self._alive, progress)
+        todo = tasks(self.groups)
         mine: set[int] = set()
         slowest = 0.0
-        for index, group in enumerate(self.groups):
-            if not _claim(self.claims, index):
+        for number, task in enumerate(todo):
+            if not _claim(self.claims, number):
                 continue
-            mine.add(index)
+            mine.add(number)
             t0 = time.perf_counter()
-            fill(backend, group)
+            here.launch(task)
             slowest = max(slowest, time.perf_counter() - t0)
-            if progress is not None:
-                progress(len(group.specs))
-        theirs = [i for i in range(len(self.groups)) if i not in mine]
+        theirs = [i for i in range(len(todo)) if i not in mine]
         t0 = time.perf_counter()
         self._wait(theirs, max(WAIT_MIN_S, WAIT_FACTOR * slowest))
         self.done_there = {i for i in theirs if _done(self.claims, i).exists()}
-        log.info("%s: %d of %d programs compiled here, %d by the compile worker (waited %.2f s for it)",
-                 self.backend, len(mine), len(self.groups), len(self.done_there), time.perf_counter() - t0)
-        return mine
+        log.info("%s: %d of %d first launches done here, %d by the compile worker (waited %.2f s for it)",
+                 self.backend, len(mine), len(todo), len(self.done_there), time.perf_counter() - t0)
+        return here.compiled
+
+    def _alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
 
     def _wait(self, theirs: list[int], timeout: float) -> None:
         """Until the worker has marked ``theirs`` done or exited, at most ``timeout`` seconds."""
@@ -211,18 +260,20 @@ class CompileWorker:
 
 
 def serve(backend_name: str, job: Path) -> None:
-    """The worker's side: open the device, then take the programs of the job from the last, skipping those
+    """The worker's side: open the device, then take the launches of the job from the last, skipping those
     claimed already."""
     from . import create_backend
 
     backend = create_backend(backend_name)
     groups: list[Group] = pickle.loads(job.read_bytes())  # noqa: S301  (written by the process that started this one)
     claims = job.parent
-    for index in reversed(range(len(groups))):
-        if not _claim(claims, index):
+    todo = tasks(groups)
+    there = Filler(backend, groups, claims, lambda: True)
+    for number in reversed(range(len(todo))):
+        if not _claim(claims, number):
             continue
-        fill(backend, groups[index])
-        _done(claims, index).touch()
+        there.launch(todo[number])
+        _done(claims, number).touch()
 
 
 def main() -> None:
