@@ -23,7 +23,7 @@ from .backends.base import (
     device_fingerprint,
     local_size_candidates,
 )
-from .backends.codegen import API_LANGUAGE, Arg, KernelSpec, load_kernel, render_postops
+from .backends.codegen import API_LANGUAGE, Arg, KernelSpec, load_kernel, render_postops, runtime_channels
 from .backends.compile_worker import CompileWorker, Group, Launch
 from .cache import fingerprint, partition_parts
 from .errors import DelegateError
@@ -78,6 +78,7 @@ def kernel_spec(call: KernelCall, plan: Plan, precision: str,
     language = API_LANGUAGE.get(api) if api else None
     source_language, name = call.source(language)
     file_helpers, body = load_kernel(name, source_language)
+    generic = runtime_channels(name, source_language)
     helpers = call.helpers + file_helpers
     args: list[Arg] = []
     binds: list[Bind] = []
@@ -108,7 +109,8 @@ def kernel_spec(call: KernelCall, plan: Plan, precision: str,
         text, wide = render_postops(call.postops, plan.tensors[call.outputs["dst"]][3], language)
         helpers, postop_arg = helpers + text, "dst"
     spec = KernelSpec(call.kernel, body, args, call.grid, dict(call.defines), helpers=helpers,
-                      precision=precision, local_size=call.local_size, postop_arg=postop_arg, wide_postop=wide)
+                      precision=precision, local_size=call.local_size, postop_arg=postop_arg, wide_postop=wide,
+                      runtime_channels=generic)
     return spec, binds
 
 
@@ -304,20 +306,21 @@ class PlanRunner:
         from the inputs, so these extra launches change no answer."""
         t0 = time.perf_counter()
         info = self.backend.device_info()
-        chosen: dict[str, tuple[int, int, int]] = {}
-        distinct = len({p.source for p in self.programs})
+        chosen: dict[tuple[str, tuple[int, ...]], tuple[int, int, int]] = {}
+        distinct = len({(p.source, p.values) for p in self.programs})
         if progress is not None:
             progress.stage(f"tuning work-group sizes of {distinct} kernels (at most {budget_s:.1f} s)", distinct)
         stopped = False
         for call, program, (_, buffers) in zip(self.plan.kernels, self.programs, self.calls):
-            if program.source in chosen:
-                call.local_size = chosen[program.source]
+            kernel = (program.source, program.values)  # one source may serve layers of several sizes
+            if kernel in chosen:
+                call.local_size = chosen[kernel]
                 continue
             if not stopped and time.perf_counter() - t0 > budget_s:
                 stopped = True
                 log.info("work-group tuning stopped after %.1f s at %s", budget_s, call.label)
             if stopped:
-                call.local_size = chosen[program.source] = program.local_size
+                call.local_size = chosen[kernel] = program.local_size
                 continue
             spec, _ = kernel_spec(call, self.plan, self.precision, self.backend.name)
             best = (self._time(program, buffers), program.local_size)
@@ -330,7 +333,7 @@ class PlanRunner:
                     log.debug("%s: work-group size %s refused: %s", call.label, local, e)
                     continue
                 best = min(best, (self._time(candidate, buffers), local))
-            call.local_size = chosen[program.source] = best[1]
+            call.local_size = chosen[kernel] = best[1]
             if progress is not None:
                 progress.advance()
         self.plan.tuned = True

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -77,6 +78,67 @@ def test_kernel_matches_numpy(backend, precision, channels):
     # padding channels hold 0, not relu(0) - 0.25: ZERO_PAD did its job
     np.testing.assert_array_equal(backend.download(yb).astype(np.float32), phwc4(want))
     np.testing.assert_array_equal(backend.from_device(yb, shape), want)
+
+
+def test_a_kernel_generic_in_its_channels_serves_every_channel_count(backend):
+    """A spec with runtime_channels takes its channel counts and grid as arguments on OpenCL: one source (one
+    driver program, one PoCL work-group function per size) for every channel count; each result is numpy's."""
+    rng = np.random.default_rng(3)
+    programs = []
+    for channels in (5, 7, 13):  # (a multiple of 4 has no padding lanes to zero: a text of its own)
+        shape = (2, 3, 4, channels)
+        slices = -(-channels // 4)
+        x = rng.standard_normal(shape).astype(np.float32)
+        w = np.zeros(4 * slices, np.float32)
+        w[:channels] = rng.standard_normal(channels)
+        spec = KernelSpec("affine_relu", AFFINE_BODY, [Arg("x", "in", shape), Arg("w", "const"),
+                                                         Arg("y", "out", shape)],
+                          grid=(4, 3, 2 * slices), defines={"OFFSET": 0.25}, helpers=AFFINE_HELPERS,
+                          runtime_channels=True)
+        program = backend.compile(spec)
+        n = 2 * slices * 3 * 4
+        xb, wb, yb = backend.alloc(n), backend.alloc(slices), backend.alloc(n)
+        backend.to_device(x, xb, shape)
+        backend.upload(wb, w)
+        program([xb, wb, yb])
+        want = np.maximum(x * np.float32(2) + w[:channels], np.float32(0)) - np.float32(0.25)
+        np.testing.assert_array_equal(backend.download(yb), phwc4(want))
+        programs.append(program)
+    if backend.name == "cl":
+        assert len({p.source for p in programs}) == 1 and len({p.values for p in programs}) == 3
+    else:  # GLSL has them as constants
+        assert len({p.source for p in programs}) == 3
+
+
+def test_placed_parts_of_one_concatenation_share_a_program(backend):
+    """Kernels writing different slices of one larger tensor (Arg.placed) differ in their first slice only: on
+    OpenCL that is an argument, and the parts' program is one; every part lands where numpy puts it."""
+    rng = np.random.default_rng(4)
+    body = "int s = GID_Z; y_write(y_idx(0, GID_Y, GID_X, s), x_read(x_idx(0, GID_Y, GID_X, s)));\n"
+    total = np.zeros((1, 3, 2, 12), np.float32)
+    out = backend.alloc(3 * 3 * 2)
+    programs = []
+    for first in range(3):
+        x = rng.standard_normal((1, 3, 2, 4)).astype(np.float32)
+        total[..., 4 * first:4 * first + 4] = x
+        xb = backend.alloc(3 * 2)
+        backend.to_device(x, xb, x.shape)
+        spec = KernelSpec("part", body, [Arg("x", "in", x.shape), Arg("y", "out", x.shape, placed=(first, 3))],
+                          grid=(2, 3, 1))
+        programs.append(backend.compile(spec))
+        programs[-1]([xb, out])
+    np.testing.assert_array_equal(backend.from_device(out, total.shape), total)
+    assert len({p.source for p in programs}) == (1 if backend.name == "cl" else 3)
+
+
+def test_a_preprocessor_test_of_a_run_time_value_is_refused():
+    """The preprocessor reads an unknown name as 0: a generic kernel whose #if reads its channel count (directly
+    or through a macro) would silently take the wrong branch, so its source is refused."""
+    body = "#define WIDE (y_C > 4)\n#if WIDE\ny_write(0, SPLAT(1.0f));\n#endif\n"
+    spec = KernelSpec("k", body, [Arg("y", "out", (1, 1, 1, 8))], grid=(1, 1, 1), runtime_channels=True)
+    with pytest.raises(ValueError, match="y_C"):
+        opencl.codegen.opencl_source(spec)
+    opencl.codegen.opencl_source(dataclasses.replace(spec, runtime_channels=False))  # constants: fine
 
 
 @pytest.mark.parametrize("precision", ["fp32", "fp16"])

@@ -122,7 +122,7 @@ class Program:
     ``spec.args[i]``."""
 
     def __init__(self, backend: Backend, spec: KernelSpec, source: str, local_size: tuple[int, int, int],
-                 handle: Any, key: bytes, entry: str | None = None) -> None:
+                 handle: Any, key: bytes, entry: str | None = None, values: tuple[int, ...] = ()) -> None:
         # weak: the backend holds its programs, and a cycle would keep a dropped backend's queue, programs
         # and buffers alive until the garbage collector happens to run
         self._backend = weakref.ref(backend)
@@ -135,6 +135,9 @@ class Program:
         # its binary's identity, and the kernel's function name inside it
         self.key = key
         self.entry = entry or spec.name
+        # the int arguments that follow the buffers at each launch (Backend.launch_values): a shape-generic
+        # kernel's sizes, where one driver program serves layers of several
+        self.values = values
 
     @property
     def unit(self) -> str:
@@ -322,7 +325,7 @@ class Backend(ABC):
         _instances.add(self)
         self._timings: list[tuple[str, Any]] = []
         # (source digest, kernel name, work-group size) -> program
-        self._programs: dict[tuple[bytes, str, tuple[int, int, int]], Program] = {}
+        self._programs: dict[tuple[bytes, str, tuple[int, int, int], tuple[int, ...]], Program] = {}
         # source digest -> the driver's compiled kernel, the key of the driver program holding it, its entry
         # name there: another work-group size of the same source needs no build where the size is a launch
         # parameter (OpenCL)
@@ -427,11 +430,18 @@ class Backend(ABC):
         """The program of ``spec`` at ``local`` if its source was compiled before (models repeat layers: an
         identical kernel is compiled once per backend instance); the work-group size is a launch parameter
         in OpenCL, not part of the source, so it is part of the program's identity."""
-        program = self._programs.get((key, spec.name, local))
+        values = self.launch_values(spec)
+        program = self._programs.get((key, spec.name, local, values))
         if program is None and key in self._handles:
             handle, unit, entry = self._handles[key]
-            program = self._programs[key, spec.name, local] = Program(self, spec, source, local, handle, unit, entry)
+            program = self._programs[key, spec.name, local, values] = Program(self, spec, source, local, handle, unit,
+                                                                              entry, values)
         return program
+
+    def launch_values(self, spec: KernelSpec) -> tuple[int, ...]:
+        """The int arguments a launch of ``spec`` passes after its buffers: none where the API's text holds every
+        size (the default); an API that takes a shape-generic kernel's sizes at run time returns them."""
+        return ()
 
     def _payload(self, binary: bytes, key: bytes, what: str) -> bytes:
         """The driver's bytes inside ``binary`` (what ``program_binary`` returned), checked against ``key``."""
@@ -480,10 +490,19 @@ class Backend(ABC):
 
     def program_groups(self, specs: list[KernelSpec], bundle_kernels: int | None = None) -> list[list[KernelSpec]]:
         """The driver programs ``compile_all(specs, bundle_kernels=bundle_kernels)`` would build, each as the
-        specs it holds (one per distinct source, in order; none that this instance compiled before):
-        ``compile_all`` of one such group builds the same program text as ``compile_all`` of them all."""
-        todo = self._pending(specs)[2]
-        return [[spec for _, (spec, _) in group] for group in self._bundles(list(todo.items()), bundle_kernels)]
+        specs it holds (one per distinct source and work-group size, in order: drivers compile a kernel per size
+        at its first launch; none that this instance compiled before): ``compile_all`` of one such group builds
+        the same program text as ``compile_all`` of them all."""
+        prepared, _, todo = self._pending(specs)
+        bundles = self._bundles(list(todo.items()), bundle_kernels)
+        group_of = {key: i for i, bundle in enumerate(bundles) for key, _ in bundle}
+        groups: list[list[KernelSpec]] = [[] for _ in bundles]
+        seen: set[tuple[bytes, tuple[int, int, int]]] = set()
+        for spec, (local, _, key) in zip(specs, prepared):
+            if key in group_of and (key, local) not in seen:
+                seen.add((key, local))
+                groups[group_of[key]].append(spec)
+        return groups
 
     def _pending(self, specs: list[KernelSpec]) -> tuple[list[tuple[tuple[int, int, int], str, bytes]],
                                                           list[Program | None], dict[bytes, tuple[KernelSpec, str]]]:

@@ -33,6 +33,9 @@ _INCLUDABLE = {"dialect": ("dialect",), "opencl": ("dialect", "opencl"), "glsl":
 # The line that separates a kernel file's helper functions (above) from its body (below).
 BODY_MARKER = "// @body"
 INCLUDE_MARKER = "@include"
+# A kernel file whose text works with its tensors' channel counts (t_C, t_S) and its grid as values known only at
+# run time says so in a line "// @runtime_channels" (runtime_channels).
+RUNTIME_MARKER = "@runtime_channels"
 
 # A name must be an identifier in both languages: GLSL reserves "__" anywhere and the "gl_"/"GL_" prefixes.
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9]*(_[A-Za-z0-9]+)*$")
@@ -113,6 +116,10 @@ class KernelSpec:
     #: OpenCL: the helpers also define ``float16 postop16(float16 v, int4 i BUFS_DECL)``, the post-ops of 4
     #: vec4 at once (else ``t_finish16`` applies ``postop`` a vec4 at a time)
     wide_postop: bool = False
+    #: the kernel's text works with its tensors' channel counts and its grid as run-time values: an API that takes
+    #: them as kernel arguments (OpenCL, ``runtime_values``) runs layers of other channel counts with the same
+    #: compiled program (kernels/README.md)
+    runtime_channels: bool = False
 
     def __post_init__(self) -> None:
         _check_name(self.name, "kernel name")
@@ -144,8 +151,8 @@ def _three_sizes(values: Iterable[int], what: str) -> tuple[int, int, int]:
     return sizes
 
 
-_ARG_SUFFIXES = ("_B", "_H", "_W", "_C", "_S", "_idx", "_at", "_read", "_read1", "_read16", "_write", "_store",
-                 "_finish", "_finish16")
+_ARG_SUFFIXES = ("_B", "_H", "_W", "_C", "_S", "_FIRST", "_idx", "_slice", "_at", "_read", "_read1", "_read16",
+                 "_write", "_store", "_finish", "_finish16")
 _RESERVED = ("GRID_X", "GRID_Y", "GRID_Z", "GID_X", "GID_Y", "GID_Z", "BUFS", "BUFS_DECL", "FLT4", "INT4",
              "MAKE_FLT4", "MAKE_INT4", "SPLAT", "TO_INT", "TO_FLT", "TO_INT4", "TO_FLT4", "FABS", "RSQRT",
              "FMOD", "FMA", "ROUND", "RINT", "ATAN2", "LT4", "LE4", "GT4", "GE4", "EQ4", "NE4", "SELECT4",
@@ -202,6 +209,28 @@ def load_kernel(name: str, language: str = "dialect") -> tuple[str, str]:
     return "", "".join(lines)
 
 
+def runtime_channels(name: str, language: str = "dialect") -> bool:
+    """Whether ``kernels/<language>/<name><suffix>`` has a ``// @runtime_channels`` line: its text works with its
+    tensors' channel counts and its grid as run-time values."""
+    path = _kernel_file(f"{language}/{name}{LANGUAGES.get(language, '')}")
+    if path is None:
+        raise FileNotFoundError(f"kernel source {language}/{name} not found")
+    return any(line.split()[:2] == ["//", RUNTIME_MARKER] for line in path.read_text().splitlines())
+
+
+def runtime_values(spec: KernelSpec) -> list[tuple[str, int]]:
+    """The int arguments an OpenCL kernel of ``spec`` takes after its buffers, by name, in order: where the spec
+    says so (``runtime_channels``), its grid and each tensor's channel count and slices; and the first slice of
+    each placed tensor (``t_FIRST``: kernels writing the parts of one concatenation share their program)."""
+    values: list[tuple[str, int]] = []
+    if spec.runtime_channels:
+        values += list(zip(("GRID_X", "GRID_Y", "GRID_Z"), spec.grid))
+        values += [v for a in spec.args if a.shape is not None
+                   for v in ((f"{a.name}_C", a.shape[3]), (f"{a.name}_S", a.slices))]
+    values += [(f"{a.name}_FIRST", a.placed[0]) for a in spec.args if a.placed is not None]
+    return values
+
+
 def literal(value: float | bool | str) -> str:
     """A define's value as text valid in both languages: ints as-is, floats as float32 with an f suffix."""
     if isinstance(value, str):
@@ -229,32 +258,64 @@ def literal(value: float | bool | str) -> str:
 
 # -- the dialect, per API (the preludes are kernels/opencl/prelude.inc.cl and kernels/glsl/prelude.inc.glsl) ----
 
-def _geometry(spec: KernelSpec) -> str:
-    lines = [f"#define GRID_X {spec.grid[0]}", f"#define GRID_Y {spec.grid[1]}", f"#define GRID_Z {spec.grid[2]}"]
+def _geometry(spec: KernelSpec, at_run_time: frozenset[str] = frozenset()) -> str:
+    """The defines of ``spec``: grid, each tensor's geometry, the spec's own; those named in ``at_run_time``
+    are left out (they are the kernel's int arguments of those names)."""
+    values: list[tuple[str, int | float | str]] = [*zip(("GRID_X", "GRID_Y", "GRID_Z"), spec.grid)]
+    lines = []
     for a in spec.args:
         if a.shape is None:
             continue
         t = a.name
         b, h, w, c = a.shape
-        lines += [f"#define {t}_B {b}", f"#define {t}_H {h}", f"#define {t}_W {w}", f"#define {t}_C {c}",
-                  f"#define {t}_S {a.slices}",
-                  f"#define {t}_idx(b, y, x, s) (((((b) * {t}_S + (s)) * {t}_H + (y)) * {t}_W) + (x))"]
+        values += [(f"{t}_B", b), (f"{t}_H", h), (f"{t}_W", w), (f"{t}_C", c), (f"{t}_S", a.slices)]
+        # t_slice(i): the slice of vec4 (or int4 of vec4) i; with one batch, no remainder by t_S (a run-time
+        # value in some kernels)
+        plane = f"((i) / ({t}_H * {t}_W))"
+        lines += [f"#define {t}_idx(b, y, x, s) (((((b) * {t}_S + (s)) * {t}_H + (y)) * {t}_W) + (x))",
+                  f"#define {t}_slice(i) {plane if b == 1 else f'({plane} % {t}_S)'}"]
         if a.placed is not None:
+            values.append((f"{t}_FIRST", a.placed[0]))
             lines.append(f"#define {t}_at(i) {_placed_index(a)}")
-    lines += [f"#define {k} {literal(v)}" for k, v in spec.defines.items()]
+    values += list(spec.defines.items())
+    lines = [f"#define {k} {literal(v)}" for k, v in values if k not in at_run_time] + lines
     return "\n".join(lines) + "\n"
 
 
+_CONDITIONAL = re.compile(r"^[ \t]*#[ \t]*(?:el)?if\b(.*)$", re.M)
+_DEFINITION = re.compile(r"^[ \t]*#[ \t]*define[ \t]+([A-Za-z_]\w*)(.*)$", re.M)
+
+
+def _check_run_time_names(spec: KernelSpec, text: str, names: set[str]) -> None:
+    """Refuse a kernel whose preprocessor conditions read one of its run-time values (directly or through a
+    macro): the preprocessor would read the unknown name as 0, silently."""
+    reads = {name: {name} for name in names}  # a name -> the run-time values it stands for
+    definitions = _DEFINITION.findall(_COMMENT.sub(" ", text).replace("\\\n", " "))
+    grew = True
+    while grew:
+        grew = False
+        for name, body in definitions:
+            found = set().union(*(reads.get(word, set()) for word in _IDENTIFIER.findall(body)))
+            if not found <= reads.get(name, set()):
+                reads[name] = reads.get(name, set()) | found
+                grew = True
+    for condition in _CONDITIONAL.findall(_COMMENT.sub(" ", text)):
+        used = set().union(*(reads.get(word, set()) for word in _IDENTIFIER.findall(condition)))
+        if used:
+            raise ValueError(f"kernel {spec.name}: '#if{condition}' reads {', '.join(sorted(used))}, which the "
+                             "kernel takes at run time (runtime_values)")
+
+
 def _placed_index(a: Arg) -> str:
-    """The buffer's vec4 index of vec4 ``i`` of a placed tensor: batch b's slices start at slice ``first`` of the
+    """The buffer's vec4 index of vec4 ``i`` of a placed tensor: batch b's slices start at slice ``t_FIRST`` of the
     larger tensor's batch b (one addition when there is one batch)."""
     assert a.shape is not None and a.placed is not None
     b, h, w, _ = a.shape
-    first, total = a.placed
-    shift = f"(i) + {first * h * w}" if first else "(i)"
+    t, total = a.name, a.placed[1]
+    shift = f"(i) + {t}_FIRST * {h * w}"
     if b == 1 or total == a.slices:
         return f"({shift})"
-    return f"({shift} + ((i) / {a.slices * h * w}) * {(total - a.slices) * h * w})"
+    return f"({shift} + ((i) / ({t}_S * {h * w})) * ({total} - {t}_S) * {h * w})"
 
 
 def _at(a: Arg, index: str) -> str:
@@ -336,7 +397,7 @@ def _cl_wide_finishers(spec: KernelSpec, prototypes: bool = False) -> str:
         if spec.postop_arg == t and spec.wide_postop:
             body = "v = postop16(v, i BUFS); "
             if a.shape is not None and a.shape[3] % 4:
-                s4 = f"(i / ({t}_H * {t}_W)) % {t}_S"
+                s4 = f"{t}_slice(i)"
                 body += (f"int4 s = {s4}; return (float16)(" + ", ".join(
                     f"ZERO_PAD(v.{p}, s.{c}, {t}_C)" for p, c in zip(parts, "xyzw")) + ");")
             else:
@@ -356,7 +417,7 @@ def _finishers(spec: KernelSpec) -> str:
         t = a.name
         body = "v = postop(v, i BUFS); " if spec.postop_arg == t else ""
         if a.shape is not None and a.shape[3] % 4:
-            body += f"v = ZERO_PAD(v, (i / ({t}_H * {t}_W)) % {t}_S, {t}_C); "
+            body += f"v = ZERO_PAD(v, {t}_slice(i), {t}_C); "
         out.append(f"FLT4 {t}_finish(FLT4 v, int i BUFS_DECL) {{ {body}return v; }}\n")
     return "".join(out)
 
@@ -364,11 +425,13 @@ def _finishers(spec: KernelSpec) -> str:
 def opencl_source(spec: KernelSpec, entry: str | None = None, prelude: bool = True) -> str:
     """The complete OpenCL C 1.2 program for ``spec``: one ``__kernel`` named ``entry`` (default
     ``spec.name``); without ``prelude``, the part after the prelude (a section of ``opencl_bundle``)."""
-    params = [_cl_param(spec, a) for a in spec.args]
-    parts = [kernel_text("opencl/prelude.inc.cl") if prelude else "", _geometry(spec)]
+    at_run_time = [name for name, _ in runtime_values(spec)]
+    params = [_cl_param(spec, a) for a in spec.args] + [f"const int {name}" for name in at_run_time]
+    names = [f"{a.name}_buf" for a in spec.args] + at_run_time
+    parts = [kernel_text("opencl/prelude.inc.cl") if prelude else "", _geometry(spec, frozenset(at_run_time))]
     parts += [_cl_accessors(spec, a) for a in spec.args]
     parts.append("#define BUFS_DECL " + "".join(f", {p}" for p in params) + "\n")
-    parts.append("#define BUFS " + "".join(f", {a.name}_buf" for a in spec.args) + "\n")
+    parts.append("#define BUFS " + "".join(f", {n}" for n in names) + "\n")
     parts.append(_finisher_prototypes(spec) + _cl_wide_finishers(spec, prototypes=True))
     parts.append(spec.helpers.rstrip() + "\n" if spec.helpers.strip() else "")
     parts.append(_finishers(spec) + _cl_wide_finishers(spec))
@@ -379,6 +442,8 @@ def opencl_source(spec: KernelSpec, entry: str | None = None, prelude: bool = Tr
         "  const int GID_Z = get_global_id(2);\n"
         "  if (GID_X >= GRID_X || GID_Y >= GRID_Y || GID_Z >= GRID_Z) return;\n"
         "  {\n" + spec.body.rstrip() + "\n  }\n}\n")
+    if at_run_time:
+        _check_run_time_names(spec, "".join(parts[1:]), set(at_run_time))
     return "".join(parts)
 
 
@@ -539,7 +604,7 @@ def _zero_extended_read(k: int) -> str:
     convolution's stores; with a branch, llvmpipe's cold compile of face_detection_short_range took 0.3 s more
     than the PADs it replaces, without it 0.2 s)."""
     return (f"FLT4 p{k}_zero_extended(int i BUFS_DECL) {{\n"
-            "  int hw = dst_H * dst_W; int s = (i / hw) % dst_S;\n"
+            "  int hw = dst_H * dst_W; int s = dst_slice(i);\n"
             f"  return ZERO_PAD(p{k}_read((i / hw / dst_S * p{k}_S + min(s, p{k}_S - 1)) * hw + i % hw), s, p{k}_C);"
             "\n}")
 
@@ -552,7 +617,7 @@ def render_postops(postops: list[PostOp], dst_channels: int, language: str | Non
     fake = any(p.kind == "fake_quant" for p in postops)
     lines = [kernel_text("dialect/fake_quant.inc.dialect")] if fake else []
     lines += [_zero_extended_read(k) for k, p in enumerate(postops) if p.operand == "zero_extended"]
-    lines += ["FLT4 postop(FLT4 v, int i BUFS_DECL) {", "  int s = (i / (dst_H * dst_W)) % dst_S;"]
+    lines += ["FLT4 postop(FLT4 v, int i BUFS_DECL) {", "  int s = dst_slice(i);"]
     for k, p in enumerate(postops):
         operand = f"p{k}_read({_OPERAND_INDEX[p.operand]})" if p.operand in _OPERAND_INDEX else \
             f"kept{p.slot}" if p.operand == "kept" else f"p{k}_zero_extended(i BUFS)" if p.operand == "zero_extended" \
@@ -565,7 +630,7 @@ def render_postops(postops: list[PostOp], dst_channels: int, language: str | Non
     if has_wide:
         if fake:
             lines.append(kernel_text("opencl/fake_quant16.inc.cl"))
-        lines += ["float16 postop16(float16 v, int4 i BUFS_DECL) {", "  int4 s = (i / (dst_H * dst_W)) % dst_S;"]
+        lines += ["float16 postop16(float16 v, int4 i BUFS_DECL) {", "  int4 s = dst_slice(i);"]
         for k, (p, e) in enumerate(zip(postops, wide)):
             operand = ""
             if p.operand == "scalar":

@@ -50,6 +50,11 @@ _enqueue_write_buffer: Callable[..., Any] = cl._cl._enqueue_write_buffer
 _enqueue_read_buffer: Callable[..., Any] = cl._cl._enqueue_read_buffer
 
 
+def _ints(values: tuple[int, ...]) -> list[np.int32]:
+    """A launch's int arguments as OpenCL ints (pyopencl sets a scalar argument from a sized numpy value)."""
+    return [np.int32(v) for v in values]
+
+
 def open_device() -> tuple[cl.Context, cl.Device]:
     """The process's OpenCL context and device, created once: a GPU if there is one, else the first device."""
     global _context, _context_error
@@ -153,6 +158,11 @@ class OpenCLBackend(Backend):
     def source(self, spec: KernelSpec, local_size: tuple[int, int, int]) -> str:
         return codegen.opencl_source(spec)
 
+    def launch_values(self, spec: KernelSpec) -> tuple[int, ...]:
+        # a shape-generic kernel's grid and sizes are int arguments (codegen.runtime_values): layers of other
+        # sizes share its program, and PoCL compiles it once per work-group size instead of once per layer
+        return tuple(v for _, v in codegen.runtime_values(spec))
+
     def _build(self, spec: KernelSpec, source: str, binary: bytes | None) -> Any:
         (handle,) = self._build_program(source, [spec.name], binary, f"kernel {spec.name}")
         return handle
@@ -217,12 +227,13 @@ class OpenCLBackend(Backend):
         return tuple(-(-g // lsz) * lsz for g, lsz in zip(program.spec.grid, program.local_size))
 
     def _launch(self, program: Program, handles: list[Any]) -> Any:
-        return program.handle[1](self.queue, self._global_size(program), program.local_size, *handles)
+        return program.handle[1](self.queue, self._global_size(program), program.local_size, *handles,
+                                 *_ints(program.values))
 
     def _bind(self, program: Program, handles: list[Any]) -> Any:
         # a kernel object of its own per call, its arguments set once: an enqueue is then one driver call
         kernel = cl.Kernel(program.handle[0], program.entry)
-        kernel.set_args(*handles)
+        kernel.set_args(*handles, *_ints(program.values))
         return program.name, kernel, self._global_size(program), program.local_size
 
     def _launch_bound(self, call: Any) -> Any:
