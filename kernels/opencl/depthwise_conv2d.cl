@@ -6,6 +6,7 @@
 // strides take the plain work item (dialect/depthwise.inc.dialect); gathering an edge's columns into the wide path
 // instead measured no faster.
 
+// @runtime_channels
 // @include dialect/depthwise.inc.dialect
 #define WIDE (MULT == 1 && BLOCK_X % 4 == 0 && (SW == 1 || SW == 2))
 // the last column a work item reads, counted from its first; the stride-2 loads read one past the last tap
@@ -64,11 +65,13 @@ void dw_wide(int b, int s, int oy, int ox0 BUFS_DECL) {
 #endif
 // @body
 int ox0 = GID_X * BLOCK_X;
+int b = dst_B == 1 ? 0 : GID_Z / dst_S;  // dst_B is a constant, dst_S not
+int s = dst_B == 1 ? GID_Z : GID_Z % dst_S;
 #if WIDE
 int x0 = ox0 * SW - PL;
 if (x0 >= 0 && x0 + LAST_COL < src_W) {
-  dw_wide(GID_Z / dst_S, GID_Z % dst_S, GID_Y, ox0 BUFS);
+  dw_wide(b, s, GID_Y, ox0 BUFS);
   return;
 }
 #endif
-dw_block(GID_Z / dst_S, GID_Z % dst_S, GID_Y, ox0 BUFS);
+dw_block(b, s, GID_Y, ox0 BUFS);
