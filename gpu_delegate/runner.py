@@ -250,7 +250,7 @@ class PlanRunner:
             spec, binds = kernel_spec(call, self.plan, self.precision, self.backend.name)
             specs.append(spec)
             self.binds.append(binds)
-        specs += self.boundary
+        specs = self._share_channels(specs) + self.boundary
         distinct = len({(s.name, self.backend.source(s, self.backend.local_size(s))) for s in specs})
         if progress is not None:
             progress.stage(f"compiling {distinct} kernels" if not binaries else f"loading {distinct} kernels",
@@ -280,6 +280,20 @@ class PlanRunner:
             log.info("%s: compiled %d kernels in %d programs in %.2f s", self.backend.name, compiled,
                      len({p.unit for p in programs if p.unit not in binaries}), self.timings["compile_s"])
         return compiled
+
+    def _share_channels(self, specs: list[KernelSpec]) -> list[KernelSpec]:
+        """``specs``, those with ``runtime_channels`` baked again where their generic text would serve one layer
+        size only: the channel counts as arguments cost a kernel a few percent (PoCL's 1x1 convolutions,
+        MobileNetV2 2%), worth it only where layers of other channel counts then share its program."""
+        def text(spec: KernelSpec) -> str:
+            return self.backend.source(spec, self.backend.local_size(spec))
+
+        sizes: dict[str, set[str]] = {}
+        for spec in specs:
+            if spec.runtime_channels:
+                sizes.setdefault(text(spec), set()).add(text(dataclasses.replace(spec, runtime_channels=False)))
+        return [dataclasses.replace(s, runtime_channels=False)
+                if s.runtime_channels and len(sizes[text(s)]) == 1 else s for s in specs]
 
     def _launch_sizes(self, binds: list[Bind]) -> list[int]:
         """The vec4 count of what each argument of a kernel binds (before ``allocate``)."""
@@ -322,7 +336,7 @@ class PlanRunner:
             if stopped:
                 call.local_size = chosen[kernel] = program.local_size
                 continue
-            spec, _ = kernel_spec(call, self.plan, self.precision, self.backend.name)
+            spec = program.spec
             best = (self._time(program, buffers), program.local_size)
             for local in local_size_candidates(spec.grid, info, self.backend.tuning_candidates):
                 if local == program.local_size:

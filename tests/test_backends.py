@@ -110,6 +110,27 @@ def test_a_kernel_generic_in_its_channels_serves_every_channel_count(backend):
         assert len({p.source for p in programs}) == 3
 
 
+def test_a_generic_kernel_serving_one_layer_size_keeps_its_constants():
+    """PlanRunner takes channel counts at run time only where layers then share a program: a generic kernel whose
+    text would serve one layer size keeps its constants (cheaper code); two sizes share one generic text."""
+    from types import SimpleNamespace
+
+    from gpu_delegate.runner import PlanRunner
+
+    runner = SimpleNamespace(backend=create_backend("cl"))
+
+    def spec(channels: int, h: int = 3) -> KernelSpec:
+        shape = (1, h, 4, channels)
+        return KernelSpec("affine_relu", AFFINE_BODY, [Arg("x", "in", shape), Arg("w", "const"),
+                                                       Arg("y", "out", shape)],
+                          grid=(4, h, -(-channels // 4)), defines={"OFFSET": 0.25}, helpers=AFFINE_HELPERS,
+                          runtime_channels=True)
+
+    kept = PlanRunner._share_channels(runner, [spec(5), spec(5), spec(7), spec(6, h=2)])
+    assert [s.runtime_channels for s in kept] == [True, True, True, False]
+    assert len({opencl.codegen.opencl_source(s) for s in kept[:3]}) == 1
+
+
 def test_placed_parts_of_one_concatenation_share_a_program(backend):
     """Kernels writing different slices of one larger tensor (Arg.placed) differ in their first slice only: on
     OpenCL that is an argument, and the parts' program is one; every part lands where numpy puts it."""
