@@ -275,6 +275,10 @@ class PlanRunner:
         compiled += rest
         self.programs = programs[:len(self.plan.kernels)]
         self.units = {p.unit: p for p in programs}
+        loaded = len({(p.unit, p.entry, p.local_size) for p in programs})
+        if self.backend.loaded_kernels is not None and loaded > self.backend.loaded_kernels:
+            log.info("%s: %d distinct kernels, more than the %d the driver keeps loaded: every dispatch reloads one",
+                     self.backend.name, loaded, self.backend.loaded_kernels)
         self.timings["compile_s"] = time.perf_counter() - t0
         if compiled:
             log.info("%s: compiled %d kernels in %d programs in %.2f s", self.backend.name, compiled,

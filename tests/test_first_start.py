@@ -671,3 +671,16 @@ def test_every_start_builds_the_programs_a_worker_shares(workers, monkeypatch, f
     monkeypatch.setattr(os, "getloadavg", lambda: (9.0, 9.0, 9.0))
     assert units() == shared  # busy cores
     assert len(workers) == 1, "a worker for a cached plan or on busy cores"
+
+
+def test_more_kernels_than_the_driver_keeps_loaded_are_reported(monkeypatch, caplog):
+    """A plan of more distinct kernels than the driver keeps loaded (PoCL: 128) reloads one at every dispatch:
+    the start says so in the log, and a plan within the limit says nothing."""
+    from gpu_delegate.backends.opencl import OpenCLBackend
+
+    for limit, said in ((2, True), (1000, False)):
+        monkeypatch.setattr(OpenCLBackend, "loaded_kernels", limit)
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="gpu_delegate"):
+            start_block("cl")
+        assert any("the driver keeps loaded" in r.getMessage() for r in caplog.records) == said

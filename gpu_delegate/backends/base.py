@@ -859,6 +859,9 @@ class Backend(ABC):
     # whether what the driver compiles at a kernel's build and first launch lands in a per-user disk cache that
     # another process's build and launch of the same text read (compile_worker.py)
     first_launch_disk_cache: bool = False
+    # how many kernels (per work-group size) the driver keeps ready to dispatch; a plan of more dispatched in turn
+    # reloads one at every dispatch. None: no such limit known
+    loaded_kernels: int | None = None
 
     def boundary_specs(self, inputs: list[tuple[BHWC, str, Codes | None]], outputs: list[tuple[BHWC, str]]
                        ) -> list[KernelSpec]:
