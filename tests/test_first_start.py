@@ -620,7 +620,13 @@ def test_no_worker_where_it_cannot_help(backend, monkeypatch):
         assert not compile_worker.wanted(b)
     with monkeypatch.context() as m:
         m.setattr(os, "getloadavg", lambda: (1.7, 0.0, 0.0))
+        m.setattr(compile_worker, "_idle_cores_now", lambda: 0.3)  # busy now too
         assert not compile_worker.wanted(b)
+        m.setattr(compile_worker, "_idle_cores_now", lambda: None)  # no /proc/stat: the average decides
+        assert not compile_worker.wanted(b)
+        m.setattr(compile_worker, "_idle_cores_now", lambda: 0.95)  # the average is of processes gone by now
+        assert compile_worker.wanted(b)
+        m.setattr(compile_worker, "_idle_cores_now", lambda: 0.3)
         m.setenv(compile_worker.SWITCH, "1")  # asked for: busy cores or not
         assert compile_worker.wanted(b)
     with monkeypatch.context() as m:
@@ -669,6 +675,7 @@ def test_every_start_builds_the_programs_a_worker_shares(workers, monkeypatch, f
     assert units(tmp_path) == shared  # the plan from the dir
     fresh_programs()
     monkeypatch.setattr(os, "getloadavg", lambda: (9.0, 9.0, 9.0))
+    monkeypatch.setattr(compile_worker, "_idle_cores_now", lambda: 0.0)
     assert units() == shared  # busy cores
     assert len(workers) == 1, "a worker for a cached plan or on busy cores"
 

@@ -52,6 +52,10 @@ SWITCH = "GPU_DELEGATE_COMPILE_WORKER"
 # host whose cores are busy comes out of the start it should shorten (2 cores at load 7.5-8.5: MobileNetV2 cold
 # on cl 13.8 against 14.4 s without, on gl 9.3 against 5.5 s, bench/cold_warm.py, medians of 3).
 IDLE_CORES = 0.5
+# Where the last minute's load leaves no idle core, the cores idle over IDLE_WINDOW_S now (this process busy on one
+# of them) decide: a core idle but for IDLE_NOW of the time. (100 ticks a second: 0.1 s is 10 a core.)
+IDLE_NOW = 0.8
+IDLE_WINDOW_S = 0.1
 # A worker that has not finished a launch it claimed this long after this process ran out of its own (and at
 # least WAIT_FACTOR times the slowest launch this process did) is killed, and its launches compiled here; a process
 # that needs a program the other one claimed to build waits this long for it, then builds it itself.
@@ -164,8 +168,8 @@ def can_help(backend: Backend) -> bool:
 
 
 def wanted(backend: Backend) -> bool:
-    """Whether to start a worker now: it could help (``can_help``), and one of the cores is idle (IDLE_CORES)
-    unless the switch is on."""
+    """Whether to start a worker now: it could help (``can_help``), and one of the cores is idle (IDLE_CORES by the
+    last minute's load average, else IDLE_NOW over a moment now) unless the switch is on."""
     if not can_help(backend):
         return False
     if os.environ.get(SWITCH, "") == "1":
@@ -174,7 +178,31 @@ def wanted(backend: Backend) -> bool:
         busy = os.getloadavg()[0]
     except OSError:  # no load average on this system: assume the other cores are free
         busy = 0.0
-    return _cores() - busy >= IDLE_CORES
+    if _cores() - busy >= IDLE_CORES:
+        return True
+    # the last minute's average also counts processes that have ended (a script starting models one after
+    # another keeps it up by itself): ask what is idle now
+    idle = _idle_cores_now()
+    return idle is not None and idle >= IDLE_NOW
+
+
+def _idle_cores_now(window_s: float = IDLE_WINDOW_S) -> float | None:
+    """How many of the machine's cores were idle over the next ``window_s`` (Linux's /proc/stat), or None where
+    that cannot be read."""
+    def sample() -> tuple[int, int]:
+        with open("/proc/stat") as f:
+            ticks = [int(v) for v in f.readline().split()[1:9]]
+        return ticks[3] + ticks[4], sum(ticks)  # idle and iowait, all
+
+    try:
+        idle0, total0 = sample()
+        time.sleep(window_s)
+        idle1, total1 = sample()
+    except (OSError, ValueError, IndexError):
+        return None
+    if total1 <= total0:
+        return None
+    return (os.cpu_count() or 1) * (idle1 - idle0) / (total1 - total0)
 
 
 def _cores() -> int:
