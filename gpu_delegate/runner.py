@@ -23,7 +23,15 @@ from .backends.base import (
     device_fingerprint,
     local_size_candidates,
 )
-from .backends.codegen import API_LANGUAGE, Arg, KernelSpec, load_kernel, render_postops, runtime_channels
+from .backends.codegen import (
+    API_LANGUAGE,
+    CROWDED,
+    Arg,
+    KernelSpec,
+    load_kernel,
+    render_postops,
+    runtime_channels,
+)
 from .backends.compile_worker import CompileWorker, Group, Launch
 from .cache import fingerprint, partition_parts
 from .errors import DelegateError
@@ -78,7 +86,7 @@ def kernel_spec(call: KernelCall, plan: Plan, precision: str,
     language = API_LANGUAGE.get(api) if api else None
     source_language, name = call.source(language)
     file_helpers, body = load_kernel(name, source_language)
-    generic = runtime_channels(name, source_language)
+    generic = runtime_channels(name, source_language)  # None, "" (always) or "crowded"
     helpers = call.helpers + file_helpers
     args: list[Arg] = []
     binds: list[Bind] = []
@@ -110,7 +118,7 @@ def kernel_spec(call: KernelCall, plan: Plan, precision: str,
         helpers, postop_arg = helpers + text, "dst"
     spec = KernelSpec(call.kernel, body, args, call.grid, dict(call.defines), helpers=helpers,
                       precision=precision, local_size=call.local_size, postop_arg=postop_arg, wide_postop=wide,
-                      runtime_channels=generic)
+                      runtime_channels=generic == "", generic_when_crowded=generic == CROWDED)
     return spec, binds
 
 
@@ -287,17 +295,27 @@ class PlanRunner:
 
     def _share_channels(self, specs: list[KernelSpec]) -> list[KernelSpec]:
         """``specs``, those with ``runtime_channels`` baked again where their generic text would serve one layer
-        size only: the channel counts as arguments cost a kernel a few percent (PoCL's 1x1 convolutions,
-        MobileNetV2 2%), worth it only where layers of other channel counts then share its program."""
+        size only: the channel counts as arguments cost a kernel a few percent, worth it only where layers of other
+        channel counts then share its program. Where the plan still has more distinct kernels than the driver keeps
+        loaded (``Backend.loaded_kernels``: past it every dispatch reloads one), the kernels generic when crowded
+        (``// @runtime_channels crowded``: OpenCL's 1x1 convolutions, 2-3.5% slower so) share theirs too."""
         def text(spec: KernelSpec) -> str:
             return self.backend.source(spec, self.backend.local_size(spec))
 
-        sizes: dict[str, set[str]] = {}
-        for spec in specs:
-            if spec.runtime_channels:
-                sizes.setdefault(text(spec), set()).add(text(dataclasses.replace(spec, runtime_channels=False)))
-        return [dataclasses.replace(s, runtime_channels=False)
-                if s.runtime_channels and len(sizes[text(s)]) == 1 else s for s in specs]
+        def shared(specs: list[KernelSpec]) -> list[KernelSpec]:
+            sizes: dict[str, set[str]] = {}
+            for spec in specs:
+                if spec.runtime_channels:
+                    sizes.setdefault(text(spec), set()).add(text(dataclasses.replace(spec, runtime_channels=False)))
+            return [dataclasses.replace(s, runtime_channels=False)
+                    if s.runtime_channels and len(sizes[text(s)]) == 1 else s for s in specs]
+
+        kept = shared(specs)
+        limit = self.backend.loaded_kernels
+        kernels = len({(text(s), self.backend.local_size(s)) for s in kept}) + len(self.boundary)
+        if limit is None or kernels <= limit:
+            return kept
+        return shared([dataclasses.replace(s, runtime_channels=True) if s.generic_when_crowded else s for s in specs])
 
     def _launch_sizes(self, binds: list[Bind]) -> list[int]:
         """The vec4 count of what each argument of a kernel binds (before ``allocate``)."""

@@ -117,7 +117,7 @@ def test_a_generic_kernel_serving_one_layer_size_keeps_its_constants():
 
     from gpu_delegate.runner import PlanRunner
 
-    runner = SimpleNamespace(backend=create_backend("cl"))
+    runner = SimpleNamespace(backend=create_backend("cl"), boundary=[])
 
     def spec(channels: int, h: int = 3) -> KernelSpec:
         shape = (1, h, 4, channels)

@@ -691,3 +691,38 @@ def test_more_kernels_than_the_driver_keeps_loaded_are_reported(monkeypatch, cap
         with caplog.at_level(logging.INFO, logger="gpu_delegate"):
             start_block("cl")
         assert any("the driver keeps loaded" in r.getMessage() for r in caplog.records) == said
+
+
+def chain_model(channels: list[int]) -> bytes:
+    """1x1 convolutions one after another, of these channel counts, on 5x4 pixels: one kernel file, one shape but
+    for the channels."""
+    rng = np.random.default_rng(11)
+    mb = ModelBuilder()
+    t = mb.input("x", [1, 5, 4, channels[0]])
+    for k, (cin, cout) in enumerate(zip(channels, channels[1:])):
+        out = mb.tensor(f"t{k}", [1, 5, 4, cout])
+        mb.op("CONV_2D", [t, mb.const(f"w{k}", rng.standard_normal((cout, 1, 1, cin)).astype(np.float32) * .3),
+                          mb.const(f"b{k}", rng.standard_normal(cout).astype(np.float32))], [out],
+              padding="VALID", stride_w=1, stride_h=1, fused_activation_function="RELU")
+        t = out
+    mb.output(t)
+    return mb.build()
+
+
+def test_a_crowded_plan_shares_its_1x1_convolutions(monkeypatch):
+    """Past the kernels the driver keeps loaded, the 1x1 convolutions take their channel counts at run time and
+    share programs (// @runtime_channels crowded); within it they keep their constants. LiteRT's results either way."""
+    from gpu_delegate.backends.opencl import OpenCLBackend
+
+    content = chain_model([4, 8, 12, 16, 20, 24])
+    x = np.random.default_rng(12).standard_normal((1, 5, 4, 4)).astype(np.float32)
+    want = run_litert(content, [x])[0]
+    for limit, generic in ((1000, False), (1, True)):
+        monkeypatch.setattr(OpenCLBackend, "loaded_kernels", limit)
+        it = gd.Interpreter(model_content=content, experimental_delegates=[gd.GpuDelegate(backend="cl")])
+        got = run(it, [x])[0]
+        convs = [p for p in runner_of(it).programs if p.name == "conv2d_1x1"]
+        assert len(convs) == 5 and any(p.spec.runtime_channels for p in convs) == generic
+        if generic:
+            assert len({p.source for p in convs}) < 5
+        assert_float_close(got, want, 1e-4, what=f"1x1 chain, loaded-kernel limit {limit}")

@@ -34,8 +34,10 @@ _INCLUDABLE = {"dialect": ("dialect",), "opencl": ("dialect", "opencl"), "glsl":
 BODY_MARKER = "// @body"
 INCLUDE_MARKER = "@include"
 # A kernel file whose text works with its tensors' channel counts (t_C, t_S) and its grid as values known only at
-# run time says so in a line "// @runtime_channels" (runtime_channels).
+# run time says so in a line "// @runtime_channels" (runtime_channels); "// @runtime_channels crowded": only where a
+# plan has more distinct kernels than the driver keeps loaded (the constants make it faster).
 RUNTIME_MARKER = "@runtime_channels"
+CROWDED = "crowded"
 
 # A name must be an identifier in both languages: GLSL reserves "__" anywhere and the "gl_"/"GL_" prefixes.
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9]*(_[A-Za-z0-9]+)*$")
@@ -120,6 +122,8 @@ class KernelSpec:
     #: them as kernel arguments (OpenCL, ``runtime_values``) runs layers of other channel counts with the same
     #: compiled program (kernels/README.md)
     runtime_channels: bool = False
+    #: the kernel may be made generic in its channels (``runtime_channels``) where a plan is crowded
+    generic_when_crowded: bool = False
 
     def __post_init__(self) -> None:
         _check_name(self.name, "kernel name")
@@ -151,7 +155,7 @@ def _three_sizes(values: Iterable[int], what: str) -> tuple[int, int, int]:
     return sizes
 
 
-_ARG_SUFFIXES = ("_B", "_H", "_W", "_C", "_S", "_FIRST", "_idx", "_slice", "_batch", "_at", "_read", "_read1",
+_ARG_SUFFIXES = ("_B", "_H", "_W", "_C", "_S", "_FULL", "_FIRST", "_idx", "_slice", "_batch", "_at", "_read", "_read1",
                  "_read16", "_write", "_store", "_finish", "_finish16")
 _RESERVED = ("GRID_X", "GRID_Y", "GRID_Z", "GID_X", "GID_Y", "GID_Z", "BUFS", "BUFS_DECL", "FLT4", "INT4",
              "MAKE_FLT4", "MAKE_INT4", "SPLAT", "TO_INT", "TO_FLT", "TO_INT4", "TO_FLT4", "FABS", "RSQRT",
@@ -209,13 +213,18 @@ def load_kernel(name: str, language: str = "dialect") -> tuple[str, str]:
     return "", "".join(lines)
 
 
-def runtime_channels(name: str, language: str = "dialect") -> bool:
-    """Whether ``kernels/<language>/<name><suffix>`` has a ``// @runtime_channels`` line: its text works with its
-    tensors' channel counts and its grid as run-time values."""
+def runtime_channels(name: str, language: str = "dialect") -> str | None:
+    """What the ``// @runtime_channels [crowded]`` line of ``kernels/<language>/<name><suffix>`` says: "" (its text
+    works with its tensors' channel counts and its grid as run-time values), "crowded" (it can, but is faster with
+    constants), or None (no such line)."""
     path = _kernel_file(f"{language}/{name}{LANGUAGES.get(language, '')}")
     if path is None:
         raise FileNotFoundError(f"kernel source {language}/{name} not found")
-    return any(line.split()[:2] == ["//", RUNTIME_MARKER] for line in path.read_text().splitlines())
+    for line in path.read_text().splitlines():
+        words = line.split()
+        if words[:2] == ["//", RUNTIME_MARKER]:
+            return " ".join(words[2:])
+    return None
 
 
 def runtime_values(spec: KernelSpec) -> list[tuple[str, int]]:
@@ -270,11 +279,12 @@ def _geometry(spec: KernelSpec, at_run_time: frozenset[str] = frozenset()) -> st
         b, h, w, c = a.shape
         values += [(f"{t}_B", b), (f"{t}_H", h), (f"{t}_W", w), (f"{t}_C", c), (f"{t}_S", a.slices)]
         # t_slice(i), t_batch(i): the slice and batch of vec4 (or int4 of vec4) i; with one batch, no division
-        # by t_S (a run-time value in some kernels)
+        # by t_S (a run-time value in some kernels). t_FULL: the channels fill whole slices (a constant for #if)
         plane = f"((i) / ({t}_H * {t}_W))"
         lines += [f"#define {t}_idx(b, y, x, s) (((((b) * {t}_S + (s)) * {t}_H + (y)) * {t}_W) + (x))",
                   f"#define {t}_slice(i) {plane if b == 1 else f'({plane} % {t}_S)'}",
-                  f"#define {t}_batch(i) {'0' if b == 1 else f'({plane} / {t}_S)'}"]
+                  f"#define {t}_batch(i) {'0' if b == 1 else f'({plane} / {t}_S)'}",
+                  f"#define {t}_FULL {int(c % 4 == 0)}"]
         if a.placed is not None:
             values.append((f"{t}_FIRST", a.placed[0]))
             lines.append(f"#define {t}_at(i) {_placed_index(a)}")

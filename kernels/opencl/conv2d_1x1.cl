@@ -6,6 +6,7 @@
 // The work item's BLOCK_X pixels go CHUNK at a time: PoCL is fastest at 2-4 pixels per pass (more spill),
 // llvmpipe at 8 per work item (the dialect's conv2d_1x1), and both read the same grid.
 
+// @runtime_channels crowded
 // @include opencl/conv_wide.inc.cl
 #define SRC_PLANE (src_H * src_W)
 #define CHUNK (BLOCK_X < 4 ? BLOCK_X : 4)

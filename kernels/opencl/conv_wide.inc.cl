@@ -25,7 +25,7 @@
 #endif
 
 // LANE_USED(s, k): input channel 4 s + k exists (always, when the channels fill whole slices)
-#if src_C % 4 == 0
+#if src_FULL
 #define LANE_USED(s, k) 1
 #else
 #define LANE_USED(s, k) (4 * (s) + (k) < src_C)
