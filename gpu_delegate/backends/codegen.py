@@ -300,21 +300,38 @@ _DEFINITION = re.compile(r"^[ \t]*#[ \t]*define[ \t]+([A-Za-z_]\w*)(.*)$", re.M)
 def _check_run_time_names(spec: KernelSpec, text: str, names: set[str]) -> None:
     """Refuse a kernel whose preprocessor conditions read one of its run-time values (directly or through a
     macro): the preprocessor would read the unknown name as 0, silently."""
-    reads = {name: {name} for name in names}  # a name -> the run-time values it stands for
-    definitions = _DEFINITION.findall(_COMMENT.sub(" ", text).replace("\\\n", " "))
-    grew = True
-    while grew:
-        grew = False
-        for name, body in definitions:
-            found = set().union(*(reads.get(word, set()) for word in _IDENTIFIER.findall(body)))
-            if not found <= reads.get(name, set()):
-                reads[name] = reads.get(name, set()) | found
-                grew = True
-    for condition in _CONDITIONAL.findall(_COMMENT.sub(" ", text)):
+    found = _condition_reading(text, frozenset(names))
+    if found is not None:
+        condition, used = found
+        raise ValueError(f"kernel {spec.name}: '#if{condition}' reads {', '.join(sorted(used))}, which the "
+                         "kernel takes at run time (runtime_values)")
+
+
+@functools.lru_cache(maxsize=1024)
+def _condition_reading(text: str, names: frozenset[str]) -> tuple[str, frozenset[str]] | None:
+    """The first ``#if``/``#elif`` condition of ``text`` that reads one of ``names``, directly or through the
+    macros ``text`` defines, and the names it reads; None if there is none. (Cached: a plan asks for the text of a
+    kernel several times.)"""
+    code = _COMMENT.sub(" ", text).replace("\\\n", " ")
+    used_by: dict[str, set[str]] = {}  # a name -> the macros whose definitions use it
+    for macro, body in _DEFINITION.findall(code):
+        for word in set(_IDENTIFIER.findall(body)):
+            used_by.setdefault(word, set()).add(macro)
+    reads: dict[str, set[str]] = {}  # a name -> the run-time values it stands for
+    for root in names:
+        todo, seen = [root], {root}
+        while todo:
+            name = todo.pop()
+            reads.setdefault(name, set()).add(root)
+            for macro in used_by.get(name, ()):
+                if macro not in seen:
+                    seen.add(macro)
+                    todo.append(macro)
+    for condition in _CONDITIONAL.findall(code):
         used = set().union(*(reads.get(word, set()) for word in _IDENTIFIER.findall(condition)))
         if used:
-            raise ValueError(f"kernel {spec.name}: '#if{condition}' reads {', '.join(sorted(used))}, which the "
-                             "kernel takes at run time (runtime_values)")
+            return condition, frozenset(used)
+    return None
 
 
 def _placed_index(a: Arg) -> str:
