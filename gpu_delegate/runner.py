@@ -303,12 +303,14 @@ class PlanRunner:
             return self.backend.source(spec, self.backend.local_size(spec))
 
         def shared(specs: list[KernelSpec]) -> list[KernelSpec]:
-            sizes: dict[str, set[str]] = {}
+            generic = {id(s): text(s) for s in specs if s.runtime_channels}
+            sizes: dict[str, set[str]] = {}  # a generic text -> the texts of its layers with their constants
             for spec in specs:
                 if spec.runtime_channels:
-                    sizes.setdefault(text(spec), set()).add(text(dataclasses.replace(spec, runtime_channels=False)))
+                    baked = text(dataclasses.replace(spec, runtime_channels=False))
+                    sizes.setdefault(generic[id(spec)], set()).add(baked)
             return [dataclasses.replace(s, runtime_channels=False)
-                    if s.runtime_channels and len(sizes[text(s)]) == 1 else s for s in specs]
+                    if s.runtime_channels and len(sizes[generic[id(s)]]) == 1 else s for s in specs]
 
         kept = shared(specs)
         limit = self.backend.loaded_kernels

@@ -600,8 +600,10 @@ def kernel_dir(tmp_path, monkeypatch):
         (tmp_path / language).mkdir()
     monkeypatch.setattr(codegen, "_KERNEL_DIRS", (tmp_path,))
     codegen.kernel_text.cache_clear()
+    codegen.runtime_channels.cache_clear()
     yield tmp_path
     codegen.kernel_text.cache_clear()
+    codegen.runtime_channels.cache_clear()
 
 
 def test_load_kernel_splits_helpers_and_reads_the_language_asked(kernel_dir):

@@ -213,10 +213,11 @@ def load_kernel(name: str, language: str = "dialect") -> tuple[str, str]:
     return "", "".join(lines)
 
 
+@functools.cache
 def runtime_channels(name: str, language: str = "dialect") -> str | None:
     """What the ``// @runtime_channels [crowded]`` line of ``kernels/<language>/<name><suffix>`` says: "" (its text
     works with its tensors' channel counts and its grid as run-time values), "crowded" (it can, but is faster with
-    constants), or None (no such line)."""
+    constants), or None (no such line). Read once, as kernel_text is."""
     path = _kernel_file(f"{language}/{name}{LANGUAGES.get(language, '')}")
     if path is None:
         raise FileNotFoundError(f"kernel source {language}/{name} not found")
@@ -425,8 +426,7 @@ def _cl_wide_finishers(spec: KernelSpec, prototypes: bool = False) -> str:
         if spec.postop_arg == t and spec.wide_postop:
             body = "v = postop16(v, i BUFS); "
             if a.shape is not None and a.shape[3] % 4:
-                s4 = f"{t}_slice(i)"
-                body += (f"int4 s = {s4}; return (float16)(" + ", ".join(
+                body += (f"int4 s = {t}_slice(i); return (float16)(" + ", ".join(
                     f"ZERO_PAD(v.{p}, s.{c}, {t}_C)" for p, c in zip(parts, "xyzw")) + ");")
             else:
                 body += "return v;"

@@ -99,13 +99,9 @@ class Filler:
     def build(self, index: int) -> dict[int, Program]:
         if index not in self.built:
             mark = _built(self.claims, index)
-            if not _claim(self.claims, f"build{index}"):
-                deadline = time.perf_counter() + WAIT_MIN_S
-                while not mark.exists() and self.other_alive() and time.perf_counter() < deadline:
-                    time.sleep(0.005)
-                if not mark.exists():
-                    log.info("%s: program %d, claimed by the other process, is not built; building it here",
-                             self.backend.name, index)
+            if not _claim(self.claims, f"build{index}") and not _wait_for(mark.exists, self.other_alive, WAIT_MIN_S):
+                log.info("%s: program %d, claimed by the other process, is not built; building it here",
+                         self.backend.name, index)
             specs = self.groups[index].specs
             programs, compiled = self.backend.compile_all(specs, progress=self.progress, bundle_kernels=len(specs))
             mark.touch()
@@ -140,6 +136,16 @@ def _claim(claims: Path, name: int | str) -> bool:
         os.close(os.open(claims / str(name), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
     except FileExistsError:
         return False
+    return True
+
+
+def _wait_for(done: Callable[[], bool], alive: Callable[[], bool], timeout: float) -> bool:
+    """Whether ``done`` came to hold, polled until it does, ``alive`` stops holding or ``timeout`` seconds pass."""
+    deadline = time.perf_counter() + timeout
+    while not done():
+        if not alive() or time.perf_counter() > deadline:
+            return done()
+        time.sleep(0.005)
     return True
 
 
@@ -260,15 +266,10 @@ class CompileWorker:
 
     def _wait(self, theirs: list[int], timeout: float) -> None:
         """Until the worker has marked ``theirs`` done or exited, at most ``timeout`` seconds."""
-        deadline = time.perf_counter() + timeout
-        while self.process is not None and self.process.poll() is None:
-            if all(_done(self.claims, i).exists() for i in theirs):
-                return
-            if time.perf_counter() > deadline:
-                log.warning("%s: the compile worker did not finish in %.0f s; compiling its kernels here",
-                            self.backend, timeout)
-                return
-            time.sleep(0.005)
+        if not _wait_for(lambda: all(_done(self.claims, i).exists() for i in theirs), self._alive, timeout) \
+                and self._alive():
+            log.warning("%s: the compile worker did not finish in %.0f s; compiling its kernels here",
+                        self.backend, timeout)
 
     def close(self) -> None:
         """End the worker (by now it holds no claim it has not finished, or it is stuck) and remove its files."""
