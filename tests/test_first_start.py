@@ -127,16 +127,17 @@ def test_program_bundles_respect_their_bounds(monkeypatch):
         assert_float_close(ours, ref, 1e-4, what="two kernels per program")
 
 
-def test_file_scope_functions():
+def test_file_scope_names():
     text = """
     #define twice(x) (2 * (x))
+    typedef struct { float16 even, odd; } PAIR;
     FLT4 dst_finish(FLT4 v, int i BUFS_DECL);  // a prototype
     /* float commented(int x) { } */
     __attribute__((always_inline)) inline float16 dst_finish16(float16 v, int4 i) { return v; }
     float4 * pick(int k) { if (k) { return helper(k); } return 0; }
     __kernel void conv(__global float4* restrict src_buf) { int j = twice(get_global_id(0)); }
     """
-    assert codegen.file_scope_functions(text) == ["dst_finish", "dst_finish16", "pick", "conv"]
+    assert codegen.file_scope_names(text) == ["PAIR", "dst_finish", "dst_finish16", "pick", "conv"]
 
 
 @pytest.mark.parametrize("content, inputs", [(BLOCK, BLOCK_INPUTS), (CODES, CODES_INPUTS)], ids=["float", "codes"])

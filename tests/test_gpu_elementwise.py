@@ -5,6 +5,8 @@ storage. Every test asserts that the nodes ran on the GPU backend under test."""
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 import pytest
 
@@ -46,26 +48,33 @@ def chain(mb: ModelBuilder, src: int, shape: tuple[int, ...], steps: list[tuple]
     return t
 
 
+# every unary op, in chains that keep each one visible in the result (a clamp or a floor comes before a smooth op,
+# not after)
+UNARY_CHAINS = [
+    [("ABS", [None], {}), ("SQRT", [None], {}), ("LOG", [None], {}), ("NEG", [None], {}), ("EXP", [None], {}),
+     ("RSQRT", [None], {})],
+    [("TANH", [None], {}), ("COS", [None], {}), ("SQUARE", [None], {})],
+    [("ELU", [None], {}), ("GELU", [None], {}), ("LEAKY_RELU", [None], {"alpha": 0.15})],
+    [("RELU", [None], {}), ("LOGISTIC", [None], {})],
+    [("RELU6", [None], {}), ("SIN", [None], {})],
+    [("FLOOR", [None], {}), ("TANH", [None], {})],
+    [("SIGN", [None], {}), ("HARD_SWISH", [None], {})],
+    [("RELU_N1_TO_1", [None], {}), ("GELU", [None], {"approximate": True}), ("CAST", [None], {})],
+]
+
+
+def chain_names(chains: list[list[tuple]]) -> list[str]:
+    return [" -> ".join(op for op, _, _ in c) for c in chains]
+
+
 def unary_model(shape: tuple[int, ...]) -> tuple[bytes, list[str]]:
-    """Every unary op, in chains that keep each one visible in the result (a clamp or a floor comes
-    before a smooth op, not after), and GELU alone on g, over the whole range of its erf."""
+    """UNARY_CHAINS on x, and GELU alone on g, over the whole range of its erf."""
     mb = ModelBuilder()
     x = mb.input("x", shape)
     g = mb.input("g", shape)
-    chains = [
-        [("ABS", [None], {}), ("SQRT", [None], {}), ("LOG", [None], {}), ("NEG", [None], {}),
-         ("EXP", [None], {}), ("RSQRT", [None], {})],
-        [("TANH", [None], {}), ("COS", [None], {}), ("SQUARE", [None], {})],
-        [("ELU", [None], {}), ("GELU", [None], {}), ("LEAKY_RELU", [None], {"alpha": 0.15})],
-        [("RELU", [None], {}), ("LOGISTIC", [None], {})],
-        [("RELU6", [None], {}), ("SIN", [None], {})],
-        [("FLOOR", [None], {}), ("TANH", [None], {})],
-        [("SIGN", [None], {}), ("HARD_SWISH", [None], {})],
-        [("RELU_N1_TO_1", [None], {}), ("GELU", [None], {"approximate": True}), ("CAST", [None], {})],
-    ]
-    outs = [chain(mb, x, shape, c) for c in chains] + [chain(mb, g, shape, [("GELU", [None], {})])]
+    outs = [chain(mb, x, shape, c) for c in UNARY_CHAINS] + [chain(mb, g, shape, [("GELU", [None], {})])]
     mb.output(*outs)
-    return mb.build(), [" -> ".join(op for op, _, _ in c) for c in chains] + ["GELU (exact)"]
+    return mb.build(), chain_names(UNARY_CHAINS) + ["GELU (exact)"]
 
 
 def test_unary(backend):
@@ -77,6 +86,34 @@ def test_unary(backend):
     g = np.concatenate([np.linspace(-14, 14, 207), [-np.sqrt(2), np.sqrt(2), 1e-6]]).astype(np.float32)
     it = check_float(content, [x, g.reshape(shape)], backend, names)
     assert len(plan_of(it).kernels) == len(names)  # each chain fused into one kernel
+
+
+def test_unary_chains_fused_into_convolutions(backend, caplog):
+    """Each unary chain fused into the stores of a 1x1 convolution. OpenCL's wide convolutions apply post-ops to 4
+    vec4 at once (postop16: the dialect's helpers in their float16 forms) where every step has that form, as each
+    of these does; the erf of GELU spans its whole range (outputs of up to ~20 in magnitude). The convolutions
+    build as one program (each kernel's file-scope names renamed apart, codegen.opencl_bundle)."""
+    shape = (1, 6, 8, 16)
+    rng = np.random.default_rng(4)
+    mb = ModelBuilder()
+    x = mb.input("x", shape)
+    chains = UNARY_CHAINS + [[("GELU", [None], {})]]
+    outs = []
+    for k, steps in enumerate(chains):
+        w = mb.const(f"w{k}", (rng.standard_normal((16, 1, 1, 16)) * 0.5).astype(np.float32))
+        bias = mb.const(f"bias{k}", rng.standard_normal(16).astype(np.float32))
+        y = mb.tensor(f"conv{k}", shape)
+        mb.op("CONV_2D", [x, w, bias], [y], padding="VALID", stride_h=1, stride_w=1)
+        outs.append(chain(mb, y, shape, steps))
+    mb.output(*outs)
+    inputs = [(rng.standard_normal(shape) * 3).astype(np.float32)]
+    with caplog.at_level(logging.WARNING, logger="gpu_delegate"):
+        it = check_float(mb.build(), inputs, backend, chain_names(chains))
+    assert not [r for r in caplog.records if "failed to build as one program" in r.getMessage()]
+    (runner,) = [s.kernel.runner for s in it._steps if hasattr(getattr(s, "kernel", None), "runner")]
+    assert [c.kernel for c in runner.plan.kernels] == ["conv2d_1x1"] * len(chains)  # each chain fused
+    if backend == "cl":
+        assert all("v = postop16(v, i BUFS)" in p.source for p in runner.programs)
 
 
 def binary_model(rng: np.random.Generator) -> tuple[bytes, list[str], list[np.ndarray]]:

@@ -481,13 +481,15 @@ _IDENTIFIER = re.compile(r"[A-Za-z_]\w*")
 _DEFINED = re.compile(r"^[ \t]*#[ \t]*define[ \t]+([A-Za-z_]\w*)", re.M)
 
 
-def file_scope_functions(text: str) -> list[str]:
-    """The functions (kernels included) that OpenCL C ``text`` declares or defines at file scope: each
-    identifier followed by ``(`` outside braces, parentheses and preprocessor lines, after a type."""
+def file_scope_names(text: str) -> list[str]:
+    """The names that OpenCL C ``text`` declares at file scope outside the preprocessor: its functions (kernels
+    included), each identifier followed by ``(`` outside braces and parentheses after a type, and its typedef
+    names, each the last identifier of a ``typedef`` statement."""
     code = _COMMENT.sub(" ", text).replace("\\\n", " ")
     names: list[str] = []
     depth = parens = 0
     before = ["", ""]
+    typedef = False  # within a file-scope typedef statement
     for line in code.splitlines():
         if line.lstrip().startswith("#"):
             continue
@@ -497,29 +499,35 @@ def file_scope_functions(text: str) -> list[str]:
             elif token == "}":
                 depth -= 1
             elif token == "(":
-                if depth == 0 and parens == 0 and before[1] != "__attribute__" and _IDENTIFIER.fullmatch(before[1]) \
-                        and (_IDENTIFIER.fullmatch(before[0]) or before[0] == "*"):
+                if depth == 0 and parens == 0 and not typedef and before[1] != "__attribute__" \
+                        and _IDENTIFIER.fullmatch(before[1]) and (_IDENTIFIER.fullmatch(before[0]) or before[0] == "*"):
                     names.append(before[1])
                 parens += 1
             elif token == ")":
                 parens -= 1
+            elif token == "typedef" and depth == 0:
+                typedef = True
+            elif token == ";" and depth == 0 and typedef:
+                typedef = False
+                if _IDENTIFIER.fullmatch(before[1]):
+                    names.append(before[1])
             before = [before[1], token]
     return names
 
 
 def opencl_bundle(kernels: list[tuple[KernelSpec, str]]) -> str | None:
     """One OpenCL C program holding every ``(spec, entry)`` of ``kernels``, each as the ``__kernel`` named
-    ``entry``: the prelude once, then each kernel's own text between a ``#define`` per file-scope function
-    (renamed ``entry_name``, so that two kernels may both define ``postop``) and an ``#undef`` of every name
-    it defined (so that its shapes and flags end with it). One driver build then compiles them all: PoCL pays
+    ``entry``: the prelude once, then each kernel's own text between a ``#define`` per file-scope function or
+    typedef name (renamed ``entry_name``, so that two kernels may both define ``postop``) and an ``#undef`` of
+    every name it defined (so that its shapes and flags end with it). One driver build then compiles them all: PoCL pays
     its fixed cost of a build (front end, linking its built-in library) once instead of once per kernel.
     None if a kernel's text redefines a name the prelude defines, which would leak into the next."""
     prelude = kernel_text("opencl/prelude.inc.cl")
-    shared = set(_DEFINED.findall(prelude)) | set(file_scope_functions(prelude))
+    shared = set(_DEFINED.findall(prelude)) | set(file_scope_names(prelude))
     parts = [prelude]
     for spec, entry in kernels:
         section = opencl_source(spec, entry, prelude=False)
-        functions = set(file_scope_functions(section)) - {entry}
+        functions = set(file_scope_names(section)) - {entry}
         defined = set(_DEFINED.findall(section))
         if (functions | defined) & shared:
             return None
@@ -591,8 +599,12 @@ def glsl_source(spec: KernelSpec, local_size: tuple[int, int, int], textures: fr
 # Names a post-op expression may use and still mean the same for a float16 (4 vec4 at once), with their float16
 # spelling: the OpenCL prelude defines SPLAT16 and float16 overloads of min/max/clamp/ROUND/QROUND; exp and tanh
 # are OpenCL built-ins of every width (LOGISTIC, TANH, and swish fused into a convolution's wide stores).
-_WIDE_NAMES = {"FLT4": "float16", "SPLAT": "SPLAT16", "a": "a", "b": "b", "max": "max", "min": "min",
-               "clamp": "clamp", "INF_F": "INF_F", "exp": "exp", "tanh": "tanh"}
+# the dialect's names that a float16 post-op (postop16) may use, and their float16 spelling: OpenCL's generic math
+# functions and the prelude's overloads as they are, the FLT4-typed helpers as their float16 twins
+_WIDE_NAMES = {"FLT4": "float16", "SPLAT": "SPLAT16", "a": "a", "b": "b", "INF_F": "INF_F", "NAN_F": "NAN_F",
+               **{f: f for f in ("max", "min", "clamp", "exp", "tanh", "log", "sqrt", "sin", "cos", "pow", "floor",
+                                 "ceil", "trunc", "sign", "fmin", "fmax", "FABS", "RSQRT", "RINT", "ROUND", "FMOD")},
+               **{f"{f}4": f"{f}16" for f in ("LT", "LE", "GT", "GE", "EQ", "NE", "SELECT")}}
 _TOKEN = re.compile(r"(?P<number>(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?f?)|(?P<name>[A-Za-z_]\w*)")
 _OPERAND_INDEX = {"tensor": "i", "channel": "s", "scalar": "0"}
 
