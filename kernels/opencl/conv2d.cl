@@ -12,10 +12,10 @@
 // inside: every tap of the work item lies inside the input. Both call sites pass a constant and get their
 // own inlined copy.
 __attribute__((always_inline)) inline void conv_block(int b, int blk, int oy, int ox0, bool inside BUFS_DECL) {
-  ACCV acc[BLOCK_X];
+  WIDE_ACC acc[BLOCK_X];
 #pragma unroll
   for (int p = 0; p < BLOCK_X; p++) {
-    acc[p] = (ACCV)(0.0f);
+    acc[p] = WIDE_ZERO;
   }
   for (int ky = 0; ky < KH; ky++) {
     int iy = oy * SH - PT + ky * DH;
@@ -47,7 +47,7 @@ __attribute__((always_inline)) inline void conv_block(int b, int blk, int oy, in
 #pragma unroll
   for (int p = 0; p < BLOCK_X; p++) {
     if (ox0 + p < dst_W) {
-      conv_store_wide(acc[p], dst_idx(b, oy, ox0 + p, 0), blk * BLOCK_S BUFS);
+      conv_store_wide(WIDE_SUM(acc[p]), dst_idx(b, oy, ox0 + p, 0), blk * BLOCK_S BUFS);
     }
   }
 }

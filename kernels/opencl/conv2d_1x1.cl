@@ -7,6 +7,7 @@
 // llvmpipe at 8 per work item (the dialect's conv2d_1x1), and both read the same grid.
 
 // @runtime_channels crowded
+#define WIDE_PAIRS 1  // two partial sums a pixel (conv_wide.inc.cl)
 // @include opencl/conv_wide.inc.cl
 #define SRC_PLANE (src_H * src_W)
 #define CHUNK (BLOCK_X < 4 ? BLOCK_X : 4)
@@ -17,11 +18,11 @@ int blk = GID_Z;
 int pb = GID_Y * GRID_X + GID_X;  // this work item's block of pixels
 if (pb >= PIX_BLOCKS) return;
 for (int p0 = pb * BLOCK_X; p0 < (pb + 1) * BLOCK_X; p0 += CHUNK) {
-  ACCV acc[CHUNK];
+  WIDE_ACC acc[CHUNK];
   int base[CHUNK];  // float index of each pixel's slice 0
 #pragma unroll
   for (int p = 0; p < CHUNK; p++) {
-    acc[p] = (ACCV)(0.0f);
+    acc[p] = WIDE_ZERO;
     int n = min(p0 + p, src_B * SRC_PLANE - 1);  // a pixel past the end recomputes the last one, unwritten
     base[p] = 4 * ((n / SRC_PLANE) * src_S * SRC_PLANE + n % SRC_PLANE);
   }
@@ -37,7 +38,7 @@ for (int p0 = pb * BLOCK_X; p0 < (pb + 1) * BLOCK_X; p0 += CHUNK) {
   for (int p = 0; p < CHUNK; p++) {
     int n = p0 + p;
     if (n < dst_B * DST_PLANE) {
-      conv_store_wide(acc[p], (n / DST_PLANE) * dst_S * DST_PLANE + n % DST_PLANE, blk * BLOCK_S BUFS);
+      conv_store_wide(WIDE_SUM(acc[p]), (n / DST_PLANE) * dst_S * DST_PLANE + n % DST_PLANE, blk * BLOCK_S BUFS);
     }
   }
 }

@@ -1,6 +1,11 @@
 // Included by the OpenCL convolutions written with wide vectors (conv2d.cl, conv2d_1x1.cl): the
 // BLOCK_S output slices of a pixel form one float16 (BLOCK_S 4), float8 (2) or float4 (1) accumulator
 // ACCV; ROWS(i) reads the BLOCK_S weight rows from row i on as one such vector; PART(a, j) is slice j.
+// WIDE_ACC: a pixel's accumulator (WIDE_ZERO starts it, WIDE_SUM ends it). Where the including kernel defines
+// WIDE_PAIRS 1, two partial sums (lanes 0 and 2 of each input slice in one, 1 and 3 in the other): a work item of
+// 4 pixels then has 8 independent chains of multiply-adds, as many as two FMA units of 4 cycles' latency keep
+// busy. With one sum a pixel, the 1x1 convolutions ran 4-11% slower (PoCL, AVX-512); the 3x3 convolutions ran
+// 2.5% faster with one (ResNet50), their window's taps giving the core other work.
 // wide_step(acc, i, m, s, wi): acc plus input slice s of one pixel (its 4 floats from float index i on, times
 // m) against the weight rows of those 4 input channels from row wi on; lanes past src_C (zero in a partial
 // last slice) are skipped. The weight rows are read per call: the compiler keeps one load for all pixels.
@@ -31,11 +36,34 @@
 #define LANE_USED(s, k) (4 * (s) + (k) < src_C)
 #endif
 
-__attribute__((always_inline)) inline ACCV wide_step(ACCV acc, long i, float m, int s, int wi BUFS_DECL) {
-  acc = FMA((ACCV)(src_read1(i) * m), ROWS(wi), acc);
-  if (LANE_USED(s, 1)) acc = FMA((ACCV)(src_read1(i + 1) * m), ROWS(wi + BLOCK_S), acc);
-  if (LANE_USED(s, 2)) acc = FMA((ACCV)(src_read1(i + 2) * m), ROWS(wi + 2 * BLOCK_S), acc);
-  if (LANE_USED(s, 3)) acc = FMA((ACCV)(src_read1(i + 3) * m), ROWS(wi + 3 * BLOCK_S), acc);
+// SCALED_ROWS(wi, s, k): ROWS(wi), the weight rows of input channel 4 s + k, times that channel's scale where
+// the input's channels are scaled (SRC_SCALE: lowering/fuse_channel_scale.py), one multiply for all the pixels
+#if SRC_SCALE
+#define SCALED_ROWS(wi, s, k) (ROWS(wi) * scale_read1(4 * (s) + (k)))
+#else
+#define SCALED_ROWS(wi, s, k) ROWS(wi)
+#endif
+
+#if WIDE_PAIRS
+typedef struct { ACCV even, odd; } WIDE_ACC;
+#define WIDE_ZERO ((WIDE_ACC){(ACCV)(0.0f), (ACCV)(0.0f)})
+#define WIDE_SUM(acc) ((acc).even + (acc).odd)
+#define WIDE_ODD(acc) (acc).odd
+#else
+typedef struct { ACCV even; } WIDE_ACC;
+#define WIDE_ZERO ((WIDE_ACC){(ACCV)(0.0f)})
+#define WIDE_SUM(acc) ((acc).even)
+#define WIDE_ODD(acc) (acc).even
+#endif
+
+__attribute__((always_inline)) inline WIDE_ACC wide_step(WIDE_ACC acc, long i, float m, int s, int wi BUFS_DECL) {
+  acc.even = FMA((ACCV)(src_read1(i) * m), SCALED_ROWS(wi, s, 0), acc.even);
+  if (LANE_USED(s, 1))
+    WIDE_ODD(acc) = FMA((ACCV)(src_read1(i + 1) * m), SCALED_ROWS(wi + BLOCK_S, s, 1), WIDE_ODD(acc));
+  if (LANE_USED(s, 2))
+    acc.even = FMA((ACCV)(src_read1(i + 2) * m), SCALED_ROWS(wi + 2 * BLOCK_S, s, 2), acc.even);
+  if (LANE_USED(s, 3))
+    WIDE_ODD(acc) = FMA((ACCV)(src_read1(i + 3) * m), SCALED_ROWS(wi + 3 * BLOCK_S, s, 3), WIDE_ODD(acc));
   return acc;
 }
 
