@@ -479,7 +479,7 @@ class PlanRunner:
         for call, bound in zip(plan.kernels, self.bound):
             start = time.perf_counter()
             backend.dispatch_bound([bound])
-            collect(tuple(dict.fromkeys((call.node, *(p.node for p in call.postops if p.node >= 0)))), start)
+            collect(call.nodes, start)
         outputs = {}
         for t in plan.outputs:
             start = time.perf_counter()

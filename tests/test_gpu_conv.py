@@ -380,3 +380,37 @@ def test_run_time_filters_and_many_groups_run_on_the_gpu(backend):
     assert [d["backend"] for d in it.get_ops_details()] == [backend, backend]
     for o, r in zip(ours, run(gd.Interpreter(model_content=content), inputs)):
         assert_float_close(o, r, 1e-5)
+
+
+def squeeze_excite(b: Builder, x: str, tag: str, hw: tuple, c: int, batch: int = 1, also_out: bool = False) -> str:
+    """EfficientNet's block tail: MEAN over H and W, a 1x1 convolution down to c // 4 channels with RELU, one back
+    up, LOGISTIC: the gate; x times the gate, then a 1x1 projection to 16 channels."""
+    axes = b.const(np.array([1, 2], np.int32))
+    mean = b.op("MEAN", [x, axes], f"{tag}_mean", [batch, 1, 1, c], output=False, keep_dims=True)
+    squeezed = conv(b, mean, f"{tag}_squeeze", c, (1, 1), c // 4, (1, 1), 1, "VALID", act="RELU", n=batch,
+                    output=False)
+    excited = conv(b, squeezed, f"{tag}_excite", c // 4, (1, 1), c, (1, 1), 1, "VALID", n=batch, output=False)
+    gate = b.op("LOGISTIC", [excited], f"{tag}_gate", [batch, 1, 1, c], output=False)
+    scaled = b.op("MUL", [x, gate], f"{tag}_scaled", [batch, *hw, c], output=also_out)
+    return conv(b, scaled, f"{tag}_projected", c, hw, 16, (1, 1), 1, "VALID", n=batch)
+
+
+def test_squeeze_excite_gate_is_read_by_the_projection(backend):
+    """The MUL of x by its squeeze-and-excite gate is no kernel of its own where only the 1x1 projection reads the
+    product: the projection reads x with its input channels scaled (lowering/fuse_channel_scale.py). Declined,
+    and still right, where the product is also an output and where the gate differs per batch. 13 and 24
+    channels: a partial last slice, and a projection with more input slices than one block."""
+    b = Builder()
+    for tag, c, batch, also_out in (("a", 24, 1, False), ("b", 13, 1, False), ("out", 24, 1, True),
+                                    ("batch", 24, 2, False)):
+        b.input(tag, [batch, 5, 6, c])
+        squeeze_excite(b, tag, tag, (5, 6), c, batch, also_out)
+    it = check_float(b, backend)
+    plan = plan_of(it)
+    names = {t: b.mb.tensors[t]["name"] for t in range(len(b.mb.tensors))}
+    scaled = [names[c.outputs["dst"]] for c in plan.kernels if c.defines.get("SRC_SCALE")]
+    assert sorted(scaled) == ["a_projected", "b_projected"]
+    stored = {names.get(t, "") for c in plan.kernels for t in c.outputs.values()}
+    assert {"out_scaled", "batch_scaled"} <= stored and not {"a_scaled", "b_scaled"} & stored
+    fused = [c for c in plan.kernels if c.defines.get("SRC_SCALE")]
+    assert all(len(c.fused_nodes) == 1 and it.graph.nodes[c.fused_nodes[0]].op == "MUL" for c in fused)

@@ -11,6 +11,8 @@
     fuse_elementwise  activations and elementwise chains folded into their producer; fake-quant steps
     place_concat      the parts of a channel concatenation written in place by their producers
     emit              each remaining node lowered to kernel calls by its op (context.LowerContext)
+    fuse_channel_scale  a MUL by a per-channel gate (squeeze-and-excite) read by a 1x1 convolution as its input
+                      scale (on the emitted kernels)
     memory            buffers shared between tensors whose lifetimes do not overlap
 
 Each pass returns a view.PassResult: what it applied, and what it declined with the reason. Op modules import

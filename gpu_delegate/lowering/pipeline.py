@@ -8,6 +8,7 @@ from . import (
     drop_reshape,
     emit,
     fold_constants,
+    fuse_channel_scale,
     fuse_elementwise,
     fuse_layer_norm,
     fuse_matmul_softmax,
@@ -38,6 +39,7 @@ def build_plan(graph: Graph, nodes: list[int], inputs: list[int], outputs: list[
     pad_channels.restore(view, results[-2])
     results.append(place_concat.run(view))
     results.append(emit.run(view, ctx))
+    results.append(fuse_channel_scale.run(view, ctx))
     for t in inputs + outputs:
         ctx.tensors.setdefault(t, bhwc(view.shapes[t]))
     for t, src in [*view.aliases.items(), *((t, outer) for t, (outer, _) in view.placed.items())]:

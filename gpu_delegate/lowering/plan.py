@@ -91,6 +91,14 @@ class KernelCall:
     # language -> a kernel written in that API's own language that runs instead on that API, with the same
     # arguments, defines and grid: {"opencl": "conv2d"} runs kernels/opencl/conv2d.cl on OpenCL
     variants: dict[str, str] = field(default_factory=dict)
+    # graph nodes whose work this call took over besides its own and its post-ops' (a MUL by a per-channel gate
+    # read as the convolution's input scale: lowering/fuse_channel_scale.py)
+    fused_nodes: tuple[int, ...] = ()
+
+    @property
+    def nodes(self) -> tuple[int, ...]:
+        """Every graph node this call computes: its own, its post-ops', and those fused into it otherwise."""
+        return tuple(dict.fromkeys((self.node, *(p.node for p in self.postops if p.node >= 0), *self.fused_nodes)))
 
     def source(self, language: str | None) -> tuple[str, str]:
         """(language, kernel name) of the file this call runs on a backend of ``language`` ("opencl", "glsl")."""

@@ -739,6 +739,7 @@ def emit_conv(ctx: LowerContext, node: Node, src: int, dst: int, bias: int, w_ke
     if flat:
         pix_blocks = -(-ob * oh * ow // block_x)
         defines["PIX_BLOCKS"] = pix_blocks
+        defines["SRC_SCALE"] = 0  # lowering/fuse_channel_scale.py may scale the input's channels
         grid = (min(pix_blocks, FLAT_ROW), -(-pix_blocks // FLAT_ROW), blocks)
         ctx.kernel("conv2d_1x1", {"src": src}, {"dst": dst}, consts, defines, grid, variants={"opencl": "conv2d_1x1"})
         return
