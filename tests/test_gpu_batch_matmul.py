@@ -185,6 +185,18 @@ def test_scores_scale_and_softmax_are_one_kernel(backend, batch, tokens, heads, 
     assert_float_close(outs[0], run_litert(content, inputs)[0], 1e-5, what=f"scores + softmax {shape} on {backend}")
 
 
+def test_softmax_of_scores_far_below_zero(backend):
+    """Every score of a row near -100 (9 columns: the last slice has padding lanes, whose exp relative to the row's
+    max overflows to inf): the padding takes no part in the sum, the probabilities are LiteRT's, none NaN."""
+    content = attention_model(2, 9, 3, 13, (0, 2, 3, 1), scale=0.3)
+    shape = (2, 9, 3, 13)
+    inputs = [5 + values(shape, 40) * 0.01, -5 + values(shape, 41) * 0.01, values(shape, 42)]
+    kernels, outs = run_wholly_on_gpu(content, inputs, backend)
+    assert kernels == ["batch_matmul_softmax", "batch_matmul"], kernels
+    assert np.isfinite(outs[0]).all()
+    assert_float_close(outs[0], run_litert(content, inputs)[0], 1e-5, what=f"scores far below 0 on {backend}")
+
+
 @pytest.mark.parametrize("where", ["before", "after"])
 def test_scores_reshaped_to_their_own_shape_still_one_kernel(backend, where):
     shape = (2, 9, 2, 8)
