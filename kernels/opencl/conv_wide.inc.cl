@@ -48,20 +48,22 @@
 typedef struct { ACCV even, odd; } WIDE_ACC;
 #define WIDE_ZERO ((WIDE_ACC){(ACCV)(0.0f), (ACCV)(0.0f)})
 #define WIDE_SUM(acc) ((acc).even + (acc).odd)
+#define WIDE_EVEN(acc) (acc).even
 #define WIDE_ODD(acc) (acc).odd
 #else
-typedef struct { ACCV even; } WIDE_ACC;
-#define WIDE_ZERO ((WIDE_ACC){(ACCV)(0.0f)})
-#define WIDE_SUM(acc) ((acc).even)
-#define WIDE_ODD(acc) (acc).even
+#define WIDE_ACC ACCV
+#define WIDE_ZERO ((ACCV)(0.0f))
+#define WIDE_SUM(acc) (acc)
+#define WIDE_EVEN(acc) (acc)
+#define WIDE_ODD(acc) (acc)
 #endif
 
 __attribute__((always_inline)) inline WIDE_ACC wide_step(WIDE_ACC acc, long i, float m, int s, int wi BUFS_DECL) {
-  acc.even = FMA((ACCV)(src_read1(i) * m), SCALED_ROWS(wi, s, 0), acc.even);
+  WIDE_EVEN(acc) = FMA((ACCV)(src_read1(i) * m), SCALED_ROWS(wi, s, 0), WIDE_EVEN(acc));
   if (LANE_USED(s, 1))
     WIDE_ODD(acc) = FMA((ACCV)(src_read1(i + 1) * m), SCALED_ROWS(wi + BLOCK_S, s, 1), WIDE_ODD(acc));
   if (LANE_USED(s, 2))
-    acc.even = FMA((ACCV)(src_read1(i + 2) * m), SCALED_ROWS(wi + 2 * BLOCK_S, s, 2), acc.even);
+    WIDE_EVEN(acc) = FMA((ACCV)(src_read1(i + 2) * m), SCALED_ROWS(wi + 2 * BLOCK_S, s, 2), WIDE_EVEN(acc));
   if (LANE_USED(s, 3))
     WIDE_ODD(acc) = FMA((ACCV)(src_read1(i + 3) * m), SCALED_ROWS(wi + 3 * BLOCK_S, s, 3), WIDE_ODD(acc));
   return acc;
