@@ -87,15 +87,23 @@ GD_QROUND(float4, int4, uint4) GD_QROUND(float16, int16, uint16)
 #define ATAN2(y, x) atan2((y), (x))
 #define INF_F INFINITY
 #define NAN_F NAN
-// comparisons as 1.0 / 0.0 per lane, and a select on such a mask: the dialect's names on FLT4, and the same on
-// float16 (the post-ops of 4 vec4 at once, codegen._WIDE_NAMES)
-#define GD_COMPARE(T, NAME, OP) T NAME(T a, T b) { return select((T)(0.0f), (T)(1.0f), a OP b); }
-#define GD_COMPARES(T, N) GD_COMPARE(T, LT##N, <) GD_COMPARE(T, LE##N, <=) GD_COMPARE(T, GT##N, >) \
-    GD_COMPARE(T, GE##N, >=) GD_COMPARE(T, EQ##N, ==) GD_COMPARE(T, NE##N, !=) \
-    T SELECT##N(T f, T t, T m) { return select(f, t, m != (T)(0.0f)); }
-GD_COMPARES(float4, 4) GD_COMPARES(float16, 16)
-#undef GD_COMPARES
-#undef GD_COMPARE
+float4 LT4(float4 a, float4 b) { return select((float4)(0.0f), (float4)(1.0f), a < b); }
+float4 LE4(float4 a, float4 b) { return select((float4)(0.0f), (float4)(1.0f), a <= b); }
+float4 GT4(float4 a, float4 b) { return select((float4)(0.0f), (float4)(1.0f), a > b); }
+float4 GE4(float4 a, float4 b) { return select((float4)(0.0f), (float4)(1.0f), a >= b); }
+float4 EQ4(float4 a, float4 b) { return select((float4)(0.0f), (float4)(1.0f), a == b); }
+float4 NE4(float4 a, float4 b) { return select((float4)(0.0f), (float4)(1.0f), a != b); }
+float4 SELECT4(float4 f, float4 t, float4 m) { return select(f, t, m != (float4)(0.0f)); }
+// their float16 twins (the post-ops of 4 vec4 at once, codegen._WIDE_NAMES): macros, which cost a kernel that
+// does not use them nothing to compile (each argument appears once)
+#define GD_CMP16(a, b, OP) select((float16)(0.0f), (float16)(1.0f), (a) OP (b))
+#define LT16(a, b) GD_CMP16(a, b, <)
+#define LE16(a, b) GD_CMP16(a, b, <=)
+#define GT16(a, b) GD_CMP16(a, b, >)
+#define GE16(a, b) GD_CMP16(a, b, >=)
+#define EQ16(a, b) GD_CMP16(a, b, ==)
+#define NE16(a, b) GD_CMP16(a, b, !=)
+#define SELECT16(f, t, m) select((f), (t), (m) != (float16)(0.0f))
 float LANE(float4 v, int k) { return k == 0 ? v.x : k == 1 ? v.y : k == 2 ? v.z : v.w; }
 float4 ZERO_PAD(float4 v, int s, int c) {
   return select(v, (float4)(0.0f), (int4)(4 * s) + (int4)(0, 1, 2, 3) >= (int4)(c));
