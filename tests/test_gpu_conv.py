@@ -414,3 +414,21 @@ def test_squeeze_excite_gate_is_read_by_the_projection(backend):
     assert {"out_scaled", "batch_scaled"} <= stored and not {"a_scaled", "b_scaled"} & stored
     fused = [c for c in plan.kernels if c.defines.get("SRC_SCALE")]
     assert all(len(c.fused_nodes) == 1 and it.graph.nodes[c.fused_nodes[0]].op == "MUL" for c in fused)
+
+
+def test_squeeze_excite_plan_from_the_serialization_dir(backend, tmp_path):
+    """The fused plan written to a serialization dir and read back (a second start) keeps the scaled convolution
+    and which MUL it computes, and gives the first start's outputs."""
+    b = Builder()
+    b.input("x", [1, 5, 6, 24])
+    squeeze_excite(b, "x", "x", (5, 6), 24)
+    outs = []
+    for _ in range(2):  # the first start writes the dir, the second reads the plan from it
+        d = gd.GpuDelegate(backend=backend, serialization_dir=tmp_path, model_token="se")
+        it = gd.Interpreter(model_content=b.build(), experimental_delegates=[d])
+        outs.append(run(it, b.feeds))
+        (fused,) = [c for c in plan_of(it).kernels if c.defines.get("SRC_SCALE")]
+        assert fused.fused_nodes == (next(n.index for n in it.graph.nodes if n.op == "MUL"),)
+    np.testing.assert_array_equal(outs[0][0], outs[1][0])
+    ref = run_litert(b.build(reference=True), b.feeds)[0]
+    assert_float_close(outs[1][0], ref, 1e-4, what=f"second start on {backend}")

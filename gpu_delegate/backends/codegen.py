@@ -596,11 +596,10 @@ def glsl_source(spec: KernelSpec, local_size: tuple[int, int, int], textures: fr
 
 # -- post-ops: the fused steps a kernel applies to a result before it stores it (lowering/plan.py PostOp) ----
 
-# Names a post-op expression may use and still mean the same for a float16 (4 vec4 at once), with their float16
-# spelling: the OpenCL prelude defines SPLAT16 and float16 overloads of min/max/clamp/ROUND/QROUND; exp and tanh
-# are OpenCL built-ins of every width (LOGISTIC, TANH, and swish fused into a convolution's wide stores).
-# the dialect's names that a float16 post-op (postop16) may use, and their float16 spelling: OpenCL's generic math
-# functions and the prelude's overloads as they are, the FLT4-typed helpers as their float16 twins
+# Names a post-op expression may use and still mean the same for a float16 (4 vec4 at once, postop16), with their
+# float16 spelling: OpenCL's generic math functions (every width) and the prelude's overloads (min/max/clamp/ROUND,
+# FABS/RSQRT/RINT/FMOD as generic calls) as they are; SPLAT and the FLT4-typed comparisons and SELECT4 as the
+# prelude's float16 twins. An expression with any other name runs a vec4 at a time.
 _WIDE_NAMES = {"FLT4": "float16", "SPLAT": "SPLAT16", "a": "a", "b": "b", "INF_F": "INF_F", "NAN_F": "NAN_F",
                **{f: f for f in ("max", "min", "clamp", "exp", "tanh", "log", "sqrt", "sin", "cos", "pow", "floor",
                                  "ceil", "trunc", "sign", "fmin", "fmax", "FABS", "RSQRT", "RINT", "ROUND", "FMOD")},

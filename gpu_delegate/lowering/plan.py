@@ -33,9 +33,9 @@ class PostOp:
     kind "expr": ``v = expr``, a dialect expression over FLT4 ``a`` (the value flowing through) and, when the step
     has an operand, ``b`` (the operand; ``operand_first`` swaps the two: the operand was the op's first input).
     The operand is read by ``operand``: "tensor" = the output's own index in tensor ``source``, "channel" = one
-    vec4 per slice of const ``source``, "scalar" = const ``source``'s single row, "zero_extended" = the output's
-    own batch, row, column and channel in tensor ``source``, which has the output's B, H, W and fewer channels: the
-    channels beyond its own read as 0.
+    vec4 per slice of ``source`` (a const, or a tensor of shape [1, 1, 1, C]), "scalar" = const ``source``'s single
+    row, "zero_extended" = the output's own batch, row, column and channel in tensor ``source``, which has the
+    output's B, H, W and fewer channels: the channels beyond its own read as 0.
     kind "fake_quant": quantize then dequantize on the grid of ``scale`` with integer bounds ``qmin``..``qmax``
     (relative to the zero point): the step a quantized op's output takes so that float follows fixed point.
     kind "lut": the value's code on the grid of ``scale`` (bounds ``qmin``..``qmax`` as for "fake_quant") plus
