@@ -157,7 +157,11 @@ def test_conv_and_depthwise(backend):
     depthwise(b, x, "dw5x5_s2_mult3", 5, hw, 3, 5, 2, "SAME", act="RELU_N1_TO_1")
     big = b.input("big", [1, 300, 450, 3])  # 16875 blocks of 8 pixels: a second row of work items
     conv(b, big, "c1x1_many_pixels", 3, (300, 450), 5, (1, 1), 1, "VALID", n=1)
-    check_float(b, backend)
+    # 21 channels: 2 blocks of output slices, taken fastest in the work items' order (BLOCKS_INNER), across rows
+    conv(b, big, "c1x1_many_pixels_blocks_inner", 3, (300, 450), 21, (1, 1), 1, "VALID", n=1)
+    it = check_float(b, backend)
+    inner = [c.outputs["dst"] for c in plan_of(it).kernels if c.defines.get("BLOCKS_INNER")]
+    assert [b.mb.tensors[t]["name"] for t in inner] == ["c1x1_many_pixels_blocks_inner"]
 
 
 def test_wide_rows(backend):

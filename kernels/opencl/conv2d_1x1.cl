@@ -14,8 +14,14 @@
 #define DST_PLANE (dst_H * dst_W)
 
 // @body
+#if BLOCKS_INNER  // consecutive work items: every output block of one block of pixels
+int order = (GID_Z * GRID_Y + GID_Y) * GRID_X + GID_X;
+int blk = order % GRID_Z;
+int pb = order / GRID_Z;  // this work item's block of pixels
+#else
 int blk = GID_Z;
 int pb = GID_Y * GRID_X + GID_X;  // this work item's block of pixels
+#endif
 if (pb >= PIX_BLOCKS) return;
 for (int p0 = pb * BLOCK_X; p0 < (pb + 1) * BLOCK_X; p0 += CHUNK) {
   WIDE_ACC acc[CHUNK];
