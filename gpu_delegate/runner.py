@@ -7,6 +7,7 @@ import dataclasses
 import logging
 import math
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
@@ -258,8 +259,15 @@ class PlanRunner:
             spec, binds = kernel_spec(call, self.plan, self.precision, self.backend.name)
             specs.append(spec)
             self.binds.append(binds)
-        specs = self._share_channels(specs) + self.boundary
-        distinct = len({(s.name, self.backend.source(s, self.backend.local_size(s))) for s in specs})
+        texts: dict[int, tuple[KernelSpec, str]] = {}  # id -> the spec (held: its id stays its own) and its text
+
+        def text(spec: KernelSpec) -> str:
+            if id(spec) not in texts:
+                texts[id(spec)] = (spec, self.backend.source(spec, self.backend.local_size(spec)))
+            return texts[id(spec)][1]
+
+        specs = self._share_channels(specs, text) + self.boundary
+        distinct = len({(s.name, text(s)) for s in specs})
         if progress is not None:
             progress.stage(f"compiling {distinct} kernels" if not binaries else f"loading {distinct} kernels",
                            distinct)
@@ -293,24 +301,20 @@ class PlanRunner:
                      len({p.unit for p in programs if p.unit not in binaries}), self.timings["compile_s"])
         return compiled
 
-    def _share_channels(self, specs: list[KernelSpec]) -> list[KernelSpec]:
+    def _share_channels(self, specs: list[KernelSpec], text: Callable[[KernelSpec], str]) -> list[KernelSpec]:
         """``specs``, those with ``runtime_channels`` baked again where their generic text would serve one layer
         size only: the channel counts as arguments cost a kernel a few percent, worth it only where layers of other
         channel counts then share its program. Where the plan still has more distinct kernels than the driver keeps
         loaded (``Backend.loaded_kernels``: past it every dispatch reloads one), the kernels generic when crowded
-        (``// @runtime_channels crowded``: OpenCL's 1x1 convolutions, 2-3.5% slower so) share theirs too."""
-        def text(spec: KernelSpec) -> str:
-            return self.backend.source(spec, self.backend.local_size(spec))
-
+        (``// @runtime_channels crowded``: OpenCL's 1x1 convolutions, 2-3.5% slower so) share theirs too. ``text``
+        gives a spec's source (compile's, which makes each once)."""
         def shared(specs: list[KernelSpec]) -> list[KernelSpec]:
-            generic = {id(s): text(s) for s in specs if s.runtime_channels}
+            baked = {id(s): dataclasses.replace(s, runtime_channels=False) for s in specs if s.runtime_channels}
             sizes: dict[str, set[str]] = {}  # a generic text -> the texts of its layers with their constants
             for spec in specs:
                 if spec.runtime_channels:
-                    baked = text(dataclasses.replace(spec, runtime_channels=False))
-                    sizes.setdefault(generic[id(spec)], set()).add(baked)
-            return [dataclasses.replace(s, runtime_channels=False)
-                    if s.runtime_channels and len(sizes[generic[id(s)]]) == 1 else s for s in specs]
+                    sizes.setdefault(text(spec), set()).add(text(baked[id(spec)]))
+            return [baked[id(s)] if s.runtime_channels and len(sizes[text(s)]) == 1 else s for s in specs]
 
         kept = shared(specs)
         limit = self.backend.loaded_kernels

@@ -106,10 +106,15 @@ def run_wholly_on_gpu(content: bytes, inputs: list[np.ndarray], backend: str, fp
     return [k.kernel for k in plan_of(it).kernels], outs
 
 
+def runner_of(it: gd.Interpreter):
+    """The PlanRunner of the interpreter's one GPU partition (a test's model delegates one)."""
+    (runner,) = [s.kernel.runner for s in it._steps if getattr(getattr(s, "kernel", None), "runner", None)]
+    return runner
+
+
 def plan_of(it: gd.Interpreter):
-    """The plan of the interpreter's one GPU partition (a test's model delegates one)."""
-    (plan,) = [s.kernel.runner.plan for s in it._steps if hasattr(getattr(s, "kernel", None), "runner")]
-    return plan
+    """The plan of the interpreter's one GPU partition."""
+    return runner_of(it).plan
 
 
 @functools.cache

@@ -117,7 +117,8 @@ def test_a_generic_kernel_serving_one_layer_size_keeps_its_constants():
 
     from gpu_delegate.runner import PlanRunner
 
-    runner = SimpleNamespace(backend=create_backend("cl"), boundary=[])
+    backend = create_backend("cl")
+    runner = SimpleNamespace(backend=backend, boundary=[])
 
     def spec(channels: int, h: int = 3) -> KernelSpec:
         shape = (1, h, 4, channels)
@@ -126,7 +127,8 @@ def test_a_generic_kernel_serving_one_layer_size_keeps_its_constants():
                           grid=(4, h, -(-channels // 4)), defines={"OFFSET": 0.25}, helpers=AFFINE_HELPERS,
                           runtime_channels=True)
 
-    kept = PlanRunner._share_channels(runner, [spec(5), spec(5), spec(7), spec(6, h=2)])
+    kept = PlanRunner._share_channels(runner, [spec(5), spec(5), spec(7), spec(6, h=2)],
+                                      lambda s: backend.source(s, backend.local_size(s)))
     assert [s.runtime_channels for s in kept] == [True, True, True, False]
     assert len({opencl.codegen.opencl_source(s) for s in kept[:3]}) == 1
 

@@ -13,7 +13,7 @@ import pytest
 import gpu_delegate as gd
 from gpu_delegate.tflite.writer import ModelBuilder
 
-from .reference import assert_float_close, assert_quant_close, plan_of, run, run_litert
+from .reference import assert_float_close, assert_quant_close, plan_of, run, run_litert, runner_of
 from .reference import shared_delegate as delegate
 
 
@@ -110,7 +110,7 @@ def test_unary_chains_fused_into_convolutions(backend, caplog):
     with caplog.at_level(logging.WARNING, logger="gpu_delegate"):
         it = check_float(mb.build(), inputs, backend, chain_names(chains))
     assert not [r for r in caplog.records if "failed to build as one program" in r.getMessage()]
-    (runner,) = [s.kernel.runner for s in it._steps if hasattr(getattr(s, "kernel", None), "runner")]
+    runner = runner_of(it)
     assert [c.kernel for c in runner.plan.kernels] == ["conv2d_1x1"] * len(chains)  # each chain fused
     if backend == "cl":
         assert all("v = postop16(v, i BUFS)" in p.source for p in runner.programs)

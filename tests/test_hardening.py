@@ -23,7 +23,7 @@ import gpu_delegate as gd
 from gpu_delegate import cache as cache_mod
 from gpu_delegate.tflite import ModelBuilder
 
-from .reference import assert_float_close, run, run_litert
+from .reference import assert_float_close, run, run_litert, runner_of
 
 ROOT = Path(__file__).resolve().parents[1]
 SHAPE = [1, 6, 5, 7]
@@ -339,7 +339,7 @@ def affine_chain_reference(x: np.ndarray, n: int, weights: list[np.ndarray]) -> 
 
 
 def plan_of(it) -> object:
-    (runner,) = [s.kernel.runner for s in it._steps if getattr(getattr(s, "kernel", None), "runner", None)]
+    runner = runner_of(it)
     return runner
 
 

@@ -739,7 +739,7 @@ def emit_conv(ctx: LowerContext, node: Node, src: int, dst: int, bias: int, w_ke
     padding: that one numbers pixels across the batch, which also serves a FULLY_CONNECTED whose rows are
     pixels (src and dst then differ in shape but not in pixel count). ``weights()`` gives the dense filter
     [O, KH, KW, I]; its layout is keyed by ``w_key`` and the blocking."""
-    b, h, w, _ = ctx.bhwc(src)
+    b, h, w, c = ctx.bhwc(src)
     ob, oh, ow, oc = ctx.bhwc(dst)
     (kh, kw), (sh, sw), (dh, dw), (pt, pl) = kernel_hw, stride, dilation, pads
     flat = (kh, kw, sh, sw, pt, pl) == (1, 1, 1, 1, 0, 0) and b * h * w == ob * oh * ow and \
@@ -755,7 +755,7 @@ def emit_conv(ctx: LowerContext, node: Node, src: int, dst: int, bias: int, w_ke
         pix_blocks = -(-ob * oh * ow // block_x)
         defines["PIX_BLOCKS"] = pix_blocks
         defines["SRC_SCALE"] = 0  # lowering/fuse_channel_scale.py may scale the input's channels
-        defines["BLOCKS_INNER"] = int(blocks_inner(b * h * w, slices(ctx.bhwc(src)[3]), blocks * block_s, blocks))
+        defines["BLOCKS_INNER"] = int(blocks_inner(b * h * w, slices(c), blocks * block_s, blocks))
         grid = (min(pix_blocks, FLAT_ROW), -(-pix_blocks // FLAT_ROW), blocks)
         ctx.kernel("conv2d_1x1", {"src": src}, {"dst": dst}, consts, defines, grid, variants={"opencl": "conv2d_1x1"})
         return
