@@ -188,7 +188,8 @@ class PlanRunner:
             else:
                 progress.stage(f"planning {len(nodes)} nodes")
                 plan = build_plan(graph, nodes, inputs, outputs, shapes, _op_classes(graph, nodes),
-                                  quantized=quantized, device_type=device_type, max_buffers=info["max_buffers"])
+                                  quantized=quantized, device_type=device_type, max_buffers=info["max_buffers"],
+                                  api=info["api"], vector_width=info["vector_width"])
                 binaries = {}
             runner = cls(backend, plan, precision)
             runner.timings["plan_s"] = time.perf_counter() - t0

@@ -157,8 +157,9 @@ def test_conv_and_depthwise(backend):
     depthwise(b, x, "dw5x5_s2_mult3", 5, hw, 3, 5, 2, "SAME", act="RELU_N1_TO_1")
     big = b.input("big", [1, 300, 450, 3])  # 16875 blocks of 8 pixels: a second row of work items
     conv(b, big, "c1x1_many_pixels", 3, (300, 450), 5, (1, 1), 1, "VALID", n=1)
-    # 21 channels: 2 blocks of output slices, taken fastest in the work items' order (BLOCKS_INNER), across rows
-    conv(b, big, "c1x1_many_pixels_blocks_inner", 3, (300, 450), 21, (1, 1), 1, "VALID", n=1)
+    # 37 channels: 2 or 3 blocks of output slices (8 or 4 slices each), taken fastest in the work items' order
+    # (BLOCKS_INNER), across rows
+    conv(b, big, "c1x1_many_pixels_blocks_inner", 3, (300, 450), 37, (1, 1), 1, "VALID", n=1)
     it = check_float(b, backend)
     inner = [c.outputs["dst"] for c in plan_of(it).kernels if c.defines.get("BLOCKS_INNER")]
     assert [b.mb.tensors[t]["name"] for t in inner] == ["c1x1_many_pixels_blocks_inner"]
@@ -364,6 +365,60 @@ def test_int8(backend):
         assert_quant_close(o, r, what=f"{name} on {backend}")
 
 
+def test_eight_output_slices_a_work_item(backend):
+    """Where the device's vectors hold 16 floats (AVX-512 PoCL), OpenCL's convolutions of at least WIDE_MIN_MACS
+    take 8 output slices a work item, two 16-float accumulators a pixel (opencl/conv_wide.inc.cl): output channels
+    that leave the last block partial (33, 36, 37: its second half partly or wholly past the last slice), 1x1
+    layers of 8 pixels a work item (2 pixels past the last block) and of 4, 3x3 windows at strides 1 and 2 with
+    edges, batch 2, a FULLY_CONNECTED over pixels, a fused ADD and RELU (post-ops on both halves), an input scaled
+    per channel (squeeze-and-excite), and int8 (the fake-quant step on both halves) against TFLite's reference
+    kernels; a small layer keeps 4. GL keeps 4 slices: the same cases against LiteRT."""
+    b = Builder()
+    x = b.input("x", [1, 45, 46, 40])  # 2070 pixels: 259 blocks of 8, the last of 6
+    conv(b, x, "c1x1_8px_37", 40, (45, 46), 37, (1, 1), 1, "VALID", n=1)
+    y = b.input("y", [2, 25, 40, 40])  # 2000 pixels: 4 a work item
+    conv(b, y, "c1x1_4px_33_relu6", 40, (25, 40), 33, (1, 1), 1, "VALID", act="RELU6")
+    conv(b, y, "c3x3_same_36", 40, (25, 40), 36, (3, 3), 1, "SAME")
+    conv(b, y, "c3x3_s2_valid_33_nobias", 40, (25, 40), 33, (3, 3), 2, "VALID", bias=False)
+    b.op("FULLY_CONNECTED", [y, b.weights([45, 40]), b.weights([45])], "fc_pixels_45", [2000, 45])
+    conv(b, y, "c1x1_to_add", 40, (25, 40), 36, (1, 1), 1, "VALID", output=False)
+    z = b.input("z", [2, 25, 40, 36])
+    b.op("ADD", ["c1x1_to_add", z], "c1x1_plus_z_relu", [2, 25, 40, 36], fused_activation_function="RELU")
+    b.input("se", [1, 45, 46, 48])
+    squeeze_excite(b, "se", "se", (45, 46), 48, out_c=37)
+    small = b.input("small", [1, 7, 9, 10])
+    conv(b, small, "c1x1_small_37", 10, (7, 9), 37, (1, 1), 1, "VALID", n=1)
+    it = check_float(b, backend)
+    plan = plan_of(it)
+    names = {t: b.mb.tensors[t]["name"] for t in range(len(b.mb.tensors))}
+    eight = sorted(names.get(c.outputs["dst"], "") for c in plan.kernels if c.defines.get("BLOCK_S") == 8)
+    info = delegate(backend).backend.device_info()
+    if backend == "cl" and info["device_type"] == "cpu" and info["vector_width"] >= 16:
+        assert eight == sorted(["c1x1_8px_37", "c1x1_4px_33_relu6", "c3x3_same_36", "c3x3_s2_valid_33_nobias",
+                                "fc_pixels_45", "c1x1_plus_z_relu", "se_projected"]), eight
+        assert any(c.defines.get("SRC_SCALE") and c.defines["BLOCK_S"] == 8 for c in plan.kernels)
+    else:
+        assert not eight
+
+    rng = np.random.default_rng(6)
+    q = Builder()
+    xq = q.input("x", [1, 48, 43, 32], np.int8, (0.02, 3))  # 2064 pixels: 8 a work item
+    for name, k, cout in (("q1x1_40", 1, 40), ("q3x3_36", 3, 36)):
+        scales = rng.uniform(0.001, 0.004, cout)
+        w = q.const(rng.integers(-127, 128, [cout, k, k, 32]).astype(np.int8), q=(scales, np.zeros(cout), 0))
+        bias = q.const(rng.integers(-2000, 2000, cout).astype(I32), q=(0.02 * scales, np.zeros(cout)))
+        q.op("CONV_2D", [xq, w, bias], name, [1, 48, 43, cout], np.int8, (0.1 * k, -5), padding="SAME",
+             stride_h=1, stride_w=1, version=3)
+    content = q.build()
+    ref = run_litert(content, q.feeds, reference_kernels=True)
+    it, outs = run_gpu(content, q.feeds, backend)
+    for name, o, r in zip(["q1x1_40", "q3x3_36"], outs, ref, strict=True):
+        assert r.std() > 3 and np.mean(r == -128) + np.mean(r == 127) < 0.3, \
+            f"{name}: the test's scales leave the reference degenerate"
+        assert_quant_close(o, r, what=f"{name} on {backend}")
+    assert len([c for c in plan_of(it).kernels if c.defines.get("BLOCK_S") == 8]) == (2 if eight else 0)
+
+
 def test_run_time_filters_and_many_groups_run_on_the_gpu(backend):
     """A filter computed at run time and a convolution of more than 8 groups (conv2d_grouped.dialect: not run as
     a dense one, which would cost groups times the work) run on the GPU, and agree with the CPU path (issue 16)."""
@@ -386,9 +441,10 @@ def test_run_time_filters_and_many_groups_run_on_the_gpu(backend):
         assert_float_close(o, r, 1e-5)
 
 
-def squeeze_excite(b: Builder, x: str, tag: str, hw: tuple, c: int, batch: int = 1, also_out: bool = False) -> str:
+def squeeze_excite(b: Builder, x: str, tag: str, hw: tuple, c: int, batch: int = 1, also_out: bool = False,
+                   out_c: int = 16) -> str:
     """EfficientNet's block tail: MEAN over H and W, a 1x1 convolution down to c // 4 channels with RELU, one back
-    up, LOGISTIC: the gate; x times the gate, then a 1x1 projection to 16 channels."""
+    up, LOGISTIC: the gate; x times the gate, then a 1x1 projection to ``out_c`` channels."""
     axes = b.const(np.array([1, 2], np.int32))
     mean = b.op("MEAN", [x, axes], f"{tag}_mean", [batch, 1, 1, c], output=False, keep_dims=True)
     squeezed = conv(b, mean, f"{tag}_squeeze", c, (1, 1), c // 4, (1, 1), 1, "VALID", act="RELU", n=batch,
@@ -396,7 +452,7 @@ def squeeze_excite(b: Builder, x: str, tag: str, hw: tuple, c: int, batch: int =
     excited = conv(b, squeezed, f"{tag}_excite", c // 4, (1, 1), c, (1, 1), 1, "VALID", n=batch, output=False)
     gate = b.op("LOGISTIC", [excited], f"{tag}_gate", [batch, 1, 1, c], output=False)
     scaled = b.op("MUL", [x, gate], f"{tag}_scaled", [batch, *hw, c], output=also_out)
-    return conv(b, scaled, f"{tag}_projected", c, hw, 16, (1, 1), 1, "VALID", n=batch)
+    return conv(b, scaled, f"{tag}_projected", c, hw, out_c, (1, 1), 1, "VALID", n=batch)
 
 
 def test_squeeze_excite_gate_is_read_by_the_projection(backend):

@@ -62,6 +62,7 @@ class DeviceInfo(_ApiDeviceInfo):
     max_buffers: int  # buffers one kernel may bind
     max_buffer_bytes: int
     has_fp16: bool  # native half arithmetic (fp16 *storage* works everywhere)
+    vector_width: int  # floats in one of the device's native vectors (16 on AVX-512 PoCL, 8 on AVX2); 4: unknown
 
 
 @dataclass(eq=False)
@@ -215,7 +216,7 @@ def numbered(source: str) -> str:
 # derives max_mem_alloc_size from the memory free when the process starts), so keying them made one model on
 # one device write a new cache file, each a cold start, whenever free memory moved.
 STABLE_FACTS = ("api", "api_version", "name", "vendor", "driver_version", "platform", "device_type", "has_fp16",
-                "program_binary_formats")
+                "program_binary_formats", "vector_width")
 
 
 def device_fingerprint(info: DeviceInfo) -> str:

@@ -152,6 +152,7 @@ class OpenCLBackend(Backend):
             "max_buffers": int(d.max_parameter_size) // 8,
             "max_buffer_bytes": int(d.max_mem_alloc_size),
             "has_fp16": "cl_khr_fp16" in d.extensions.split(),
+            "vector_width": int(d.native_vector_width_float),
         }
 
     def device_info(self) -> DeviceInfo:

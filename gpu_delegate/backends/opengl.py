@@ -337,6 +337,7 @@ class GLBackend(Backend):
             "max_buffers": int(info["GL_MAX_COMPUTE_SHADER_STORAGE_BLOCKS"]),
             "max_buffer_bytes": int(info["GL_MAX_SHADER_STORAGE_BLOCK_SIZE"]),
             "has_fp16": False,
+            "vector_width": 4,  # GLSL has no wider float vector than vec4
             "program_binary_formats": self.runtime.binary_formats,
         }
 

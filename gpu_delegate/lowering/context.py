@@ -43,10 +43,13 @@ class GpuOp(Protocol):
 
 
 class LowerContext:
-    def __init__(self, view: PartitionView, device_type: str = "gpu", max_buffers: int | None = None):
+    def __init__(self, view: PartitionView, device_type: str = "gpu", max_buffers: int | None = None,
+                 api: str = "", vector_width: int = 4):
         self.view = view
         self.graph = view.graph
         self.device_type = device_type  # "cpu" for CPU-hosted OpenCL/llvmpipe, "gpu" otherwise
+        self.api = api  # "OpenCL" or "OpenGL" (DeviceInfo.api): whose kernel variants the plan runs
+        self.vector_width = vector_width  # floats in the device's native vector (DeviceInfo.vector_width)
         # buffers one kernel may bind on the device (None: no limit); a fused chain longer than that is split
         self.max_buffers = max_buffers
         self.kernels: list[KernelCall] = []

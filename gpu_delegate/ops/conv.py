@@ -670,16 +670,26 @@ def _pow2_at_most(n: int, cap: int) -> int:
 
 FLAT_ROW = 16384  # conv2d_1x1.dialect numbers its blocks of pixels in rows of this many work items
 WIDE_PIXELS = 2048  # 1x1 layers of at least this many pixels take 8 pixels per work item on a CPU device
+# OpenCL convolutions of fewer multiply-adds keep 4 output slices a work item where 8 would fit (gpu_blocking's
+# ``wide``): below ~1M the wider work item ran no faster (the face detector's 16x16 and 8x8 layers, PoCL), and
+# each distinct kernel of 8 slices takes PoCL a quarter longer to compile (a first start)
+WIDE_MIN_MACS = 2_000_000
 
 
-def gpu_blocking(device_type: str, dst_slices: int, pixels: int, flat: bool = False) -> tuple[int, int]:
+def gpu_blocking(device_type: str, dst_slices: int, pixels: int, flat: bool = False,
+                 wide: bool = False) -> tuple[int, int]:
     """(output slices, pixels) per work item. A CPU device (PoCL, llvmpipe) runs few work items at a time
     and is bound by loads: 4 x 4 gives each loaded weight row 4 uses and each input value 16 (2-3x the
     speed of one output vec4 per work item on PoCL). llvmpipe, whose every buffer load is a gather, runs
     the 1x1 kernel 1.3-1.8x faster at 8 pixels (kernels/opencl/conv2d_1x1.cl does them 4 at a time on PoCL), but
-    compiles it twice as slowly (~1.5 s): only layers of many pixels get 8. A GPU wants many more work
-    items and fewer registers each."""
-    cap_s, cap_x = ((4, 8 if flat and pixels >= WIDE_PIXELS else 4) if device_type == "cpu" else (2, 2))
+    compiles it twice as slowly (~1.5 s): only layers of many pixels get 8. ``wide``: the OpenCL convolutions
+    (kernels/opencl/conv_wide.inc.cl) on a CPU of 16-float vectors (AVX-512), which take 8 output slices, two
+    such vectors a pixel: an input value broadcast then feeds two multiply-adds, 10 loads for 16 of them at 8
+    pixels where 4 slices took 9 loads for 8 (PoCL, each layer alone: MobileNetV1's 1x1 layers 0.67-0.90x,
+    ResNet50's other convolutions 0.80x). With 8-float vectors (AVX2) the 4 slices already fill the 16
+    registers. A GPU wants many more work items and fewer registers each."""
+    cap_s, cap_x = ((8 if wide else 4, 8 if flat and pixels >= WIDE_PIXELS else 4) if device_type == "cpu"
+                    else (2, 2))
     block_s = cap_s if dst_slices >= cap_s else _pow2_at_most(2 * dst_slices - 1, cap_s)
     return block_s, _pow2_at_most(pixels, cap_x)
 
@@ -744,7 +754,9 @@ def emit_conv(ctx: LowerContext, node: Node, src: int, dst: int, bias: int, w_ke
     (kh, kw), (sh, sw), (dh, dw), (pt, pl) = kernel_hw, stride, dilation, pads
     flat = (kh, kw, sh, sw, pt, pl) == (1, 1, 1, 1, 0, 0) and b * h * w == ob * oh * ow and \
         (node.op == "FULLY_CONNECTED" or (h, w) == (oh, ow))
-    block_s, block_x = gpu_blocking(ctx.device_type, slices(oc), ob * oh * ow if flat else ow, flat)
+    block_s, block_x = gpu_blocking(ctx.device_type, slices(oc), ob * oh * ow if flat else ow, flat,
+                                    wide=ctx.api == "OpenCL" and ctx.vector_width >= 16
+                                    and ob * oh * ow * oc * c * kh * kw >= WIDE_MIN_MACS)
     blocks = -(-slices(oc) // block_s)
     consts = {"w": ctx.const(f"{w_key}:{block_s}", lambda: conv_weight_rows(weights(), block_s))}
     if bias >= 0:

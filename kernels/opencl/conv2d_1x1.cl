@@ -1,13 +1,16 @@
 // OpenCL's version of dialect/conv2d_1x1.dialect (same defines, weight layout and grid; see there). The BLOCK_S output slices of a
-// pixel form one float16 (BLOCK_S 4), float8 (2) or float4 (1) accumulator, and the BLOCK_S weight rows of
-// an input channel one vector of the same width, so a step is one wide fma of an input value broadcast
+// pixel form one accumulator of two float16 (BLOCK_S 8), one (4), a float8 (2) or float4 (1), and the BLOCK_S
+// weight rows of an input channel one value of the same width, so a step is one wide fma of an input value broadcast
 // from memory: one wide multiply-add (conv_wide.inc.cl). Measured on PoCL, 1x1 56x56x128->128:
 // twice the speed of the float4 version.
 // The work item's BLOCK_X pixels go CHUNK at a time: PoCL is fastest at 2-4 pixels per pass (more spill),
-// llvmpipe at 8 per work item (the dialect's conv2d_1x1), and both read the same grid.
+// llvmpipe at 8 per work item (the dialect's conv2d_1x1), and both read the same grid. At BLOCK_S 8 a pixel's
+// two float16 halves are two independent chains already: one sum a pixel (PoCL, AVX-512, MobileNetV1's 1x1
+// layers: 4.52 ms, 4.87 with pairs). 8 pixels in one pass ran 4% faster still but took PoCL 1.25x as long to
+// compile.
 
 // @runtime_channels crowded
-#define WIDE_PAIRS 1  // two partial sums a pixel (conv_wide.inc.cl)
+#define WIDE_PAIRS (BLOCK_S != 8)  // two partial sums a pixel (conv_wide.inc.cl)
 // @include opencl/conv_wide.inc.cl
 #define SRC_PLANE (src_H * src_W)
 #define CHUNK (BLOCK_X < 4 ? BLOCK_X : 4)

@@ -1,6 +1,8 @@
 // Included by the OpenCL convolutions written with wide vectors (conv2d.cl, conv2d_1x1.cl): the
-// BLOCK_S output slices of a pixel form one float16 (BLOCK_S 4), float8 (2) or float4 (1) accumulator
-// ACCV; ROWS(i) reads the BLOCK_S weight rows from row i on as one such vector; PART(a, j) is slice j.
+// BLOCK_S output slices of a pixel form one accumulator ACCV: two float16 (BLOCK_S 8, chosen where the device's
+// vectors hold 16 floats: ops/conv.py gpu_blocking), one float16 (4), float8 (2) or float4 (1); ROWS(i) reads
+// the BLOCK_S weight rows from row i on as one such value; PART(a, j) is slice j (BLOCK_S <= 4); V_FMA, V_ZERO,
+// V_ADD and V_MUL are the arithmetic every ACCV has.
 // WIDE_ACC: a pixel's accumulator (WIDE_ZERO starts it, WIDE_SUM ends it). Where the including kernel defines
 // WIDE_PAIRS 1, two partial sums (lanes 0 and 2 of each input slice in one, 1 and 3 in the other): a work item of
 // 4 pixels then has 8 independent chains of multiply-adds, as many as two FMA units of 4 cycles' latency keep
@@ -11,11 +13,15 @@
 // last slice) are skipped. The weight rows are read per call: the compiler keeps one load for all pixels.
 // conv_store_wide(v, base, os): bias, fused activation, the output's post-ops and the stores of one pixel's
 // accumulator v, output slices os .. os + BLOCK_S - 1 (those past dst_S left out); base is the pixel's
-// vec4 index at slice 0. At BLOCK_S 4 the post-ops run on the float16 (dst_finish16).
-#if BLOCK_S == 4
+// vec4 index at slice 0. At BLOCK_S 4 and 8 the post-ops run on each float16 (dst_finish16).
+#if BLOCK_S == 8
+typedef struct { float16 lo, hi; } ACCV;
+#define ROWS(i) ((ACCV){w_read16(i), w_read16((i) + 4)})
+#define BIAS_ROWS(i) ((ACCV){bias_read16(i), bias_read16((i) + 4)})
+#elif BLOCK_S == 4
 #define ACCV float16
-#define ROWS(i) ((float16)(w_read(i), w_read((i) + 1), w_read((i) + 2), w_read((i) + 3)))
-#define BIAS_ROWS(i) ((float16)(bias_read(i), bias_read((i) + 1), bias_read((i) + 2), bias_read((i) + 3)))
+#define ROWS(i) w_read16(i)
+#define BIAS_ROWS(i) bias_read16(i)
 #define PART(a, j) ((j) == 0 ? (a).s0123 : (j) == 1 ? (a).s4567 : (j) == 2 ? (a).s89ab : (a).scdef)
 #elif BLOCK_S == 2
 #define ACCV float8
@@ -29,6 +35,20 @@
 #define PART(a, j) (a)
 #endif
 
+// V_FMA(acc, x, rows): acc plus the float x times rows (at BLOCK_S 8, one broadcast of x for both halves)
+#if BLOCK_S == 8
+#define V_FMA(acc, x, rows) { float16 x_ = (float16)(x); (acc).lo = FMA(x_, (rows).lo, (acc).lo); \
+                              (acc).hi = FMA(x_, (rows).hi, (acc).hi); }
+#define V_ZERO ((ACCV){(float16)(0.0f), (float16)(0.0f)})
+#define V_ADD(a, b) ((ACCV){(a).lo + (b).lo, (a).hi + (b).hi})
+#define V_MUL(r, x) ((ACCV){(r).lo * (x), (r).hi * (x)})
+#else
+#define V_FMA(acc, x, rows) { acc = FMA((ACCV)(x), (rows), (acc)); }
+#define V_ZERO ((ACCV)(0.0f))
+#define V_ADD(a, b) ((a) + (b))
+#define V_MUL(r, x) ((r) * (x))
+#endif
+
 // LANE_USED(s, k): input channel 4 s + k exists (always, when the channels fill whole slices)
 #if src_FULL
 #define LANE_USED(s, k) 1
@@ -39,57 +59,69 @@
 // SCALED_ROWS(wi, s, k): ROWS(wi), the weight rows of input channel 4 s + k, times that channel's scale where
 // the input's channels are scaled (SRC_SCALE: lowering/fuse_channel_scale.py), one multiply for all the pixels
 #if SRC_SCALE
-#define SCALED_ROWS(wi, s, k) (ROWS(wi) * scale_read1(4 * (s) + (k)))
+#define SCALED_ROWS(wi, s, k) V_MUL(ROWS(wi), scale_read1(4 * (s) + (k)))
 #else
 #define SCALED_ROWS(wi, s, k) ROWS(wi)
 #endif
 
 #if WIDE_PAIRS
 typedef struct { ACCV even, odd; } WIDE_ACC;
-#define WIDE_ZERO ((WIDE_ACC){(ACCV)(0.0f), (ACCV)(0.0f)})
-#define WIDE_SUM(acc) ((acc).even + (acc).odd)
+#define WIDE_ZERO ((WIDE_ACC){V_ZERO, V_ZERO})
+#define WIDE_SUM(acc) V_ADD((acc).even, (acc).odd)
 #define WIDE_EVEN(acc) (acc).even
 #define WIDE_ODD(acc) (acc).odd
 #else
 #define WIDE_ACC ACCV
-#define WIDE_ZERO ((ACCV)(0.0f))
+#define WIDE_ZERO V_ZERO
 #define WIDE_SUM(acc) (acc)
 #define WIDE_EVEN(acc) (acc)
 #define WIDE_ODD(acc) (acc)
 #endif
 
 __attribute__((always_inline)) inline WIDE_ACC wide_step(WIDE_ACC acc, long i, float m, int s, int wi BUFS_DECL) {
-  WIDE_EVEN(acc) = FMA((ACCV)(src_read1(i) * m), SCALED_ROWS(wi, s, 0), WIDE_EVEN(acc));
+  V_FMA(WIDE_EVEN(acc), src_read1(i) * m, SCALED_ROWS(wi, s, 0))
   if (LANE_USED(s, 1))
-    WIDE_ODD(acc) = FMA((ACCV)(src_read1(i + 1) * m), SCALED_ROWS(wi + BLOCK_S, s, 1), WIDE_ODD(acc));
+    V_FMA(WIDE_ODD(acc), src_read1(i + 1) * m, SCALED_ROWS(wi + BLOCK_S, s, 1))
   if (LANE_USED(s, 2))
-    WIDE_EVEN(acc) = FMA((ACCV)(src_read1(i + 2) * m), SCALED_ROWS(wi + 2 * BLOCK_S, s, 2), WIDE_EVEN(acc));
+    V_FMA(WIDE_EVEN(acc), src_read1(i + 2) * m, SCALED_ROWS(wi + 2 * BLOCK_S, s, 2))
   if (LANE_USED(s, 3))
-    WIDE_ODD(acc) = FMA((ACCV)(src_read1(i + 3) * m), SCALED_ROWS(wi + 3 * BLOCK_S, s, 3), WIDE_ODD(acc));
+    V_FMA(WIDE_ODD(acc), src_read1(i + 3) * m, SCALED_ROWS(wi + 3 * BLOCK_S, s, 3))
   return acc;
 }
 
 __attribute__((always_inline)) inline ACCV conv_finish_wide(ACCV v, int os BUFS_DECL) {
 #if HAS_BIAS
-  v = v + BIAS_ROWS(os);
+  v = V_ADD(v, BIAS_ROWS(os));
 #endif
 #if ACT
+#if BLOCK_S == 8
+  v.lo = clamp(v.lo, ACT_MIN, ACT_MAX);
+  v.hi = clamp(v.hi, ACT_MIN, ACT_MAX);
+#else
   v = clamp(v, ACT_MIN, ACT_MAX);
+#endif
 #endif
   return v;
 }
 
-__attribute__((always_inline)) inline void conv_store_wide(ACCV v, int base, int os BUFS_DECL) {
-  v = conv_finish_wide(v, os BUFS);
-#if BLOCK_S == 4
+__attribute__((always_inline)) inline void conv_store16(float16 v, int base, int os BUFS_DECL) {
   const int plane = dst_H * dst_W;
   // a slice past dst_S reads its post-op operands at the last slice
   v = dst_finish16(v, (int4)(base) + min((int4)(os) + (int4)(0, 1, 2, 3), (int4)(dst_S - 1)) * plane BUFS);
   int o = base + os * plane;
-  dst_store(o, v.s0123);
+  if (os < dst_S) dst_store(o, v.s0123);
   if (os + 1 < dst_S) dst_store(o + plane, v.s4567);
   if (os + 2 < dst_S) dst_store(o + 2 * plane, v.s89ab);
   if (os + 3 < dst_S) dst_store(o + 3 * plane, v.scdef);
+}
+
+__attribute__((always_inline)) inline void conv_store_wide(ACCV v, int base, int os BUFS_DECL) {
+  v = conv_finish_wide(v, os BUFS);
+#if BLOCK_S == 8
+  conv_store16(v.lo, base, os BUFS);
+  conv_store16(v.hi, base, os + 4 BUFS);
+#elif BLOCK_S == 4
+  conv_store16(v, base, os BUFS);
 #else
 #pragma unroll
   for (int j = 0; j < BLOCK_S; j++) {
