@@ -13,7 +13,9 @@
 #define LAST_COL (SW == 1 ? BLOCK_X - 1 + (KW - 1) * DW : 2 * (BLOCK_X - 1) + (KW - 1) * DW + 1)
 
 #if WIDE
-void dw_wide(int b, int s, int oy, int ox0 BUFS_DECL) {
+// always inlined: PoCL's compiler called it per work item where the body grew (an 8-bit output's fake-quant step);
+// MobileNetV2's depthwise layers, each alone on PoCL: int8 1.43 -> 1.35 ms, fp32 1.16 -> 1.04 ms
+__attribute__((always_inline)) inline void dw_wide(int b, int s, int oy, int ox0 BUFS_DECL) {
   float16 acc[BLOCK_X / 4];
   #pragma unroll
   for (int q = 0; q < BLOCK_X / 4; q++) {
