@@ -566,6 +566,8 @@ def _gl_accessors(spec: KernelSpec, a: Arg, texture: bool) -> str:
         write = f"void {t}_write(int i, vec4 v) {{ {t}_buf[{i}] = uvec2(packHalf2x16(v.xy), packHalf2x16(v.zw)); }}"
     if a.role == "out":
         lines.append(_wrapped_write(spec, a, write))
+        if not _finishes(spec, a):
+            lines.append(f"#define {t}_store(i, v) {t}_write((i), (v))")
     return "\n".join(lines) + "\n"
 
 

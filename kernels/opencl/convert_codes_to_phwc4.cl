@@ -10,4 +10,4 @@ int c = 4 * s;
 int j = ((b * dst_H + GID_Y) * dst_W + GID_X) * dst_C + c;
 float4 q = (float4)((float)codes[j], c + 1 < dst_C ? (float)codes[j + 1] : ZERO_POINT,
                     c + 2 < dst_C ? (float)codes[j + 2] : ZERO_POINT, c + 3 < dst_C ? (float)codes[j + 3] : ZERO_POINT);
-dst_write(dst_idx(b, GID_Y, GID_X, s), (q - (float4)(ZERO_POINT)) * (float4)(SCALE));
+dst_store(dst_idx(b, GID_Y, GID_X, s), (q - (float4)(ZERO_POINT)) * (float4)(SCALE));  // padding lanes: 0 exactly
