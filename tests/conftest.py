@@ -30,3 +30,16 @@ def fresh_programs(monkeypatch: pytest.MonkeyPatch) -> Callable[[], None]:
 
     empty()
     return empty
+
+
+@pytest.fixture(autouse=True)
+def _progress_log_restored():
+    """cli.main() gives the progress logger a stderr handler for the rest of its process (the CLI's); a test that
+    calls it must not leave that handler to the tests after it (test_first_start's non-terminal case failed when
+    run after test_gpu_fallback_summary.py)."""
+    from gpu_delegate.progress import log
+
+    handlers, level = list(log.handlers), log.level
+    yield
+    log.handlers[:] = handlers
+    log.setLevel(level)
