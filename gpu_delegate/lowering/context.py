@@ -100,6 +100,15 @@ class LowerContext:
         """One work item per vec4 of tensor ``t``."""
         return grid(self.bhwc(t))
 
+    def copy_layout(self, t: int) -> tuple[tuple[int, int, int], dict[str, str]]:
+        """The grid and variants of a copy kernel writing ``t``: dialect/copy.dialect, a work item per vec4, or on
+        a CPU's OpenCL kernels/opencl/copy.cl, a work item per 4 pixels of a row (wide loads, stores and post-ops,
+        where a CPU is bound by instructions; a GPU wants a work item per vec4)."""
+        if self.api == "OpenCL" and self.device_type == "cpu":
+            b, h, w, c = self.bhwc(t)
+            return (-(-w // 4), h, b * -(-c // 4)), {"opencl": "copy"}
+        return self.grid(t), {}
+
     def const_data(self, t: int) -> np.ndarray | None:
         """The float32 value of a constant tensor (dequantized once), or None if ``t`` is not constant."""
         return self.view.const(t)
@@ -228,8 +237,9 @@ class LowerContext:
         for k, run in enumerate(runs[1:], 2):
             assert src is not None and chain_end is not None  # only a "dst" argument carries post-ops
             dst = chain_end if k == len(runs) else self._carrier(run)
-            self.kernels.append(KernelCall("copy", run[0].node, {"src": src}, {"dst": dst}, {}, {},
-                                           self.grid(src), run))
+            copy_grid, variants = self.copy_layout(src)
+            self.kernels.append(KernelCall("copy", run[0].node, {"src": src}, {"dst": dst}, {}, {}, copy_grid, run,
+                                           variants=variants))
             src = dst
         return call
 
@@ -282,7 +292,8 @@ class LowerContext:
         ops = elementwise_postops(self.view, node.index, flowing, expr, self.operand_const, self.table_const)
         if ops is not None:
             self.view.postops[node.index] = ops + self.view.postops.get(node.index, [])
-            self.kernel("copy", {"src": ins[flowing]}, {"dst": node.outputs[0]}, grid=self.grid(node.outputs[0]))
+            copy_grid, variants = self.copy_layout(node.outputs[0])
+            self.kernel("copy", {"src": ins[flowing]}, {"dst": node.outputs[0]}, grid=copy_grid, variants=variants)
             return
         consts, inputs, geometry = {}, {}, ""
         for arg, t in (("a", ins[0]), ("b", ins[1])):

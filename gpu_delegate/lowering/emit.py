@@ -21,6 +21,7 @@ def run(view: PartitionView, ctx: LowerContext) -> PassResult:
     for t in view.outputs:
         if t in view.folded:  # a folded constant (DEQUANTIZE of weights) read outside the partition
             key = ctx.const(f"folded:{t}", functools.partial(to_rows, view.folded[t], bhwc(view.shapes[t])))
-            ctx.kernel("copy", {}, {"dst": t}, consts={"src": key}, grid=ctx.grid(t))
+            copy_grid, variants = ctx.copy_layout(t)
+            ctx.kernel("copy", {}, {"dst": t}, consts={"src": key}, grid=copy_grid, variants=variants)
             result.applied.append(f"folded constant {t} copied to the partition's output")
     return result
