@@ -181,6 +181,51 @@ def test_round_trip(backend, precision, shape):
     np.testing.assert_array_equal(back, stored)
 
 
+def _fp16_edge_floats(rng: np.random.Generator, n: int) -> np.ndarray:
+    """n float32 values where a conversion to half can go wrong: each finite half, the float just below and above
+    it, the midpoints to the next half (ties to even) and just off them, across normals and subnormals; around the
+    largest half (65504, 65520 rounds to Inf); signed zeros, Inf, NaN, values far past either end; random ones."""
+    halves = np.arange(0x7c00, dtype=np.uint16).view(np.float16).astype(np.float64)  # every finite positive half
+    mids = (halves[:-1] + halves[1:]) / 2  # exact in float32 (12 significant bits)
+    f32 = np.float32
+    picks = [halves.astype(f32), mids.astype(f32),
+             np.nextafter(mids.astype(f32), f32(np.inf)), np.nextafter(mids.astype(f32), f32(0))]
+    special = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 65504, 65519.996, 65520, 65535.9, 65536, 1e10, 2.0**-25,
+                        2.0**-25 * 1.0000001, 2.0**-24, 1.5 * 2.0**-24, 1e-30, 1e-45, 2.0**-14, 2.0**-14 * 0.99999],
+                       np.float32)
+    values = np.concatenate([rng.choice(np.concatenate(picks), n - 2 * special.size - n // 8), special, -special,
+                             rng.standard_normal(n // 8).astype(f32) * 1000])
+    values[rng.random(values.size) < 0.5] *= -1
+    return values.astype(f32)
+
+
+def test_fp16_storage_conversions_are_exact(backend):
+    """fp16 storage's conversions (OpenCL's vload_half / vstore_half4_rte, inlined by the prelude on a CPU device;
+    GL's unpackHalf2x16 / packHalf2x16): every one of the 65536 halves read as numpy's float32 of it, and float32
+    values at every edge of the rounding stored as numpy's float16 of them (round to nearest even), bit for bit
+    (NaNs as NaNs). Both through the conversion kernels (a tensor of more than HOST_REORDER_VEC4 vec4)."""
+    shape = (1, 32, 32, 64)
+    every_half = np.arange(65536, dtype=np.uint16).view(np.float16).reshape(shape)
+    t = backend.alloc(65536 // 4, "fp16")
+    backend.upload(t, phwc4(every_half))
+    got = backend.from_device(t, shape)
+    want = every_half.astype(np.float32)
+    nan = np.isnan(want)
+    assert np.array_equal(np.isnan(got), nan)
+    np.testing.assert_array_equal(got[~nan].view(np.uint32), want[~nan].view(np.uint32))
+
+    x = _fp16_edge_floats(np.random.default_rng(7), 65536).reshape(shape)
+    backend.to_device(x, t, shape)
+    stored = backend.download(t).view(np.uint16)
+    with np.errstate(over="ignore"):  # the values past the largest half become Inf, as they should
+        want_h = phwc4(x.astype(np.float16))
+    nan = np.isnan(want_h)
+    assert np.array_equal(np.isnan(stored.view(np.float16)), nan)
+    values, got_bits, want_bits = phwc4(x)[~nan], stored[~nan], want_h[~nan].view(np.uint16)
+    bad = np.flatnonzero(got_bits != want_bits)[:8]
+    assert bad.size == 0, [(float(values[k]), hex(got_bits[k]), hex(want_bits[k])) for k in bad]
+
+
 def test_round_trip_float16_arrays(backend):
     shape = (2, 3, 4, 5)
     x = np.random.default_rng(1).standard_normal(shape).astype(np.float16)

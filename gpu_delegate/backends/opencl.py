@@ -36,6 +36,9 @@ BUILD_OPTIONS = "-cl-std=CL1.2 -w"
 # off unless this is asked for (NVIDIA's is; PoCL's is exact anyway), which moved values at rounding ties by a
 # step (int8 CONCATENATION across scales on an H100: 2.4% of the values).
 EXACT_DIVISION = "-cl-fp32-correctly-rounded-divide-sqrt"
+# fp16 storage through the prelude's own conversions, inlined (kernels/opencl/prelude.inc.cl): PoCL calls its library
+# for each vload_half / vstore_half; a GPU's compiler turns those builtins into one instruction and keeps them
+INLINE_HALF = "-DGD_INLINE_HALF=1"
 
 _lock = threading.Lock()
 _context: tuple[cl.Context, cl.Device] | None = None
@@ -131,6 +134,8 @@ class OpenCLBackend(Backend):
         self._info = self._describe()
         exact = bool(self.device.single_fp_config & cl.device_fp_config.CORRECTLY_ROUNDED_DIVIDE_SQRT)
         self._options = f"{BUILD_OPTIONS} {EXACT_DIVISION}" if exact else BUILD_OPTIONS
+        if self._info["device_type"] == "cpu":
+            self._options += f" {INLINE_HALF}"
 
     def _on_device(self, fn: Callable[..., T], *args: Any) -> T:
         with self._mutex:
