@@ -199,18 +199,34 @@ def _fp16_edge_floats(rng: np.random.Generator, n: int) -> np.ndarray:
     return values.astype(f32)
 
 
+READ_EACH_VALUE = """
+int b = GID_Z / y_S;
+int s = GID_Z - b * y_S;
+int i = y_idx(b, GID_Y, GID_X, s);
+y_write(i, MAKE_FLT4(x_read1(4 * i), x_read1(4 * i + 1), x_read1(4 * i + 2), x_read1(4 * i + 3)));
+"""
+
+
 def test_fp16_storage_conversions_are_exact(backend):
-    """fp16 storage's conversions (OpenCL's vload_half / vstore_half4_rte, inlined by the prelude on a CPU device;
-    GL's unpackHalf2x16 / packHalf2x16): every one of the 65536 halves read as numpy's float32 of it, and float32
-    values at every edge of the rounding stored as numpy's float16 of them (round to nearest even), bit for bit
-    (NaNs as NaNs). Both through the conversion kernels (a tensor of more than HOST_REORDER_VEC4 vec4)."""
+    """fp16 storage's conversions (OpenCL's vload_half* / vstore_half4_rte, the scalar load inlined by the prelude
+    on a CPU device; GL's unpackHalf2x16 / packHalf2x16): every one of the 65536 halves read as numpy's float32 of
+    it, through a tensor's vec4 reads (the conversion kernel) and one value at a time (t_read1, the 1x1
+    convolutions' inner loop), and float32 values at every edge of the rounding stored as numpy's float16 of them
+    (round to nearest even), bit for bit (NaNs as NaNs)."""
     shape = (1, 32, 32, 64)
     every_half = np.arange(65536, dtype=np.uint16).view(np.float16).reshape(shape)
     t = backend.alloc(65536 // 4, "fp16")
     backend.upload(t, phwc4(every_half))
-    got = backend.from_device(t, shape)
     want = every_half.astype(np.float32)
     nan = np.isnan(want)
+    got = backend.from_device(t, shape)  # more than HOST_REORDER_VEC4 vec4: the conversion kernel
+    assert np.array_equal(np.isnan(got), nan)
+    np.testing.assert_array_equal(got[~nan].view(np.uint32), want[~nan].view(np.uint32))
+    spec = KernelSpec("read_each_value", READ_EACH_VALUE, [Arg("x", "in", shape), Arg("y", "out", shape, "fp32")],
+                      grid=(32, 32, 16), precision="fp16")
+    y = backend.alloc(65536 // 4, "fp32")
+    backend.compile(spec)([t, y])
+    got = backend.download(y).reshape(1, 16, 32, 32, 4).transpose(0, 2, 3, 1, 4).reshape(shape)
     assert np.array_equal(np.isnan(got), nan)
     np.testing.assert_array_equal(got[~nan].view(np.uint32), want[~nan].view(np.uint32))
 

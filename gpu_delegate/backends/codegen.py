@@ -373,7 +373,8 @@ def _cl_accessors(spec: KernelSpec, a: Arg) -> str:
                  f"#define {t}_read16(i) (*(__global const float16_at4*)({t}_buf + {i}))"]
         write = f"#define {t}_write(i, v) ({t}_buf[{i}] = (v))"
     else:
-        # GD_VLOAD_HALF* / GD_VSTORE_HALF4_RTE: OpenCL's vload_half* / vstore_half4_rte, inlined on a CPU (prelude)
+        # GD_VLOAD_HALF* / GD_VSTORE_HALF4_RTE: OpenCL's vload_half* / vstore_half4_rte (the prelude inlines the
+        # scalar load on a CPU)
         lines = [f"#define {t}_read(i) GD_VLOAD_HALF4({i}, {t}_buf)",
                  f"#define {t}_read1(j) GD_VLOAD_HALF({j}, {t}_buf)",
                  f"#define {t}_read16(i) GD_VLOAD_HALF16(0, {t}_buf + 4 * {i})"]

@@ -36,8 +36,8 @@ BUILD_OPTIONS = "-cl-std=CL1.2 -w"
 # off unless this is asked for (NVIDIA's is; PoCL's is exact anyway), which moved values at rounding ties by a
 # step (int8 CONCATENATION across scales on an H100: 2.4% of the values).
 EXACT_DIVISION = "-cl-fp32-correctly-rounded-divide-sqrt"
-# fp16 storage through the prelude's own conversions, inlined (kernels/opencl/prelude.inc.cl): PoCL calls its library
-# for each vload_half / vstore_half; a GPU's compiler turns those builtins into one instruction and keeps them
+# fp16 storage's scalar loads through the prelude's own conversion, inlined (kernels/opencl/prelude.inc.cl): PoCL calls
+# its library for each vload_half; a GPU's compiler turns that builtin into one instruction and keeps it
 INLINE_HALF = "-DGD_INLINE_HALF=1"
 
 _lock = threading.Lock()

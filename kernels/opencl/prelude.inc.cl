@@ -69,44 +69,26 @@ GD_ROUND(float) GD_ROUND(float4) GD_ROUND(float16)
 GD_QROUND(float4, int4, uint4) GD_QROUND(float16, int16, uint16)
 #undef GD_QROUND
 // fp16 storage: GD_VLOAD_HALF / _HALF4 / _HALF16 and GD_VSTORE_HALF4_RTE are OpenCL's vload_half* and
-// vstore_half4_rte. PoCL calls its library for each of those (a call per input value in a 1x1 convolution's inner
-// loop: fp16 storage ran 5x the time of fp32; the built-in model 21.4 ms, 17.5 with these), so on a CPU device (the
-// backend's build options say GD_INLINE_HALF) they are written here, bit-exact, inlined: half -> float by placing
-// the 15 bits in a float's exponent and mantissa and scaling by 2^112 (exact for normal and subnormal halves; Inf
-// and NaN keep all exponent bits set); float -> half rounding to nearest even as in F. Giesen's
-// float_to_half_fast3_rtne (the subnormal results by a float addition of 0.5, which rounds to nearest even; the
-// others by adding the rounding bias to the bits).
+// vstore_half4_rte. PoCL calls its library for each of those, so the 1x1 convolutions' inner loop made a call per
+// input value (the built-in model with fp16 storage: 21.4 ms, fp32 storage 5.5). On a CPU device (the backend's build
+// options say GD_INLINE_HALF) the scalar one is written here, bit-exact and inlined: the 15 bits placed in a float's
+// exponent and mantissa, scaled by 2^112 (exact for normal and subnormal halves), Inf and NaN given all exponent
+// bits: 13.9 ms. The vector loads and the store stay the library's: inlined too they made PoCL compile the model's
+// programs 2 s longer (a first start 4.7 s against 2.7) and ran no faster (17.5 ms).
 #if GD_INLINE_HALF
-#define GD_HALF_TO_FLOAT(T, U) inline T __attribute__((overloadable)) gd_half_to_float(U h) { \
-    U em = h & (U)(0x7fffu); \
-    T f = as_##T(em << 13) * (T)(0x1p112f); \
-    f = em >= (U)(0x7c00u) ? as_##T((em << 13) | (U)(0x7f800000u)) : f; \
-    return as_##T(as_##U(f) | ((h & (U)(0x8000u)) << 16)); \
-  }
-GD_HALF_TO_FLOAT(float, uint) GD_HALF_TO_FLOAT(float4, uint4) GD_HALF_TO_FLOAT(float16, uint16)
-#undef GD_HALF_TO_FLOAT
-inline uint4 gd_float_to_half_rte(float4 x) {
-  uint4 u = as_uint4(x);
-  uint4 sign = u & (uint4)(0x80000000u);
-  u ^= sign;
-  uint4 big = u > (uint4)(0x7f800000u) ? (uint4)(0x7e00u) : (uint4)(0x7c00u);  // NaN -> quiet NaN, else Inf
-  uint4 tiny = as_uint4(as_float4(u) + (float4)(0.5f)) - (uint4)(0x3f000000u);  // subnormal or zero
-  uint4 normal = (u + (uint4)(0xc8000fffu) + ((u >> 13) & (uint4)(1u))) >> 13;  // exponent rebased, rounded
-  uint4 h = u >= (uint4)(0x47800000u) ? big : u < (uint4)(0x38800000u) ? tiny : normal;
-  return h | (sign >> 16);
+inline float gd_half_to_float(uint h) {
+  uint em = h & 0x7fffu;
+  float f = as_float(em << 13) * 0x1p112f;
+  f = em >= 0x7c00u ? as_float((em << 13) | 0x7f800000u) : f;
+  return as_float(as_uint(f) | ((h & 0x8000u) << 16));
 }
-// (plain loads and stores of ushort vectors: PoCL calls its library for vload4 and vload16 too)
-typedef ushort16 __attribute__((aligned(8))) gd_ushort16_at8;
 #define GD_VLOAD_HALF(j, p) gd_half_to_float((uint)(((__global const ushort*)(p))[j]))
-#define GD_VLOAD_HALF4(i, p) gd_half_to_float(convert_uint4(((__global const ushort4*)(p))[i]))
-#define GD_VLOAD_HALF16(o, p) gd_half_to_float(convert_uint16(((__global const gd_ushort16_at8*)(p))[o]))
-#define GD_VSTORE_HALF4_RTE(v, i, p) (((__global ushort4*)(p))[i] = convert_ushort4(gd_float_to_half_rte(v)))
 #else
 #define GD_VLOAD_HALF(j, p) vload_half((j), (p))
+#endif
 #define GD_VLOAD_HALF4(i, p) vload_half4((i), (p))
 #define GD_VLOAD_HALF16(o, p) vload_half16((o), (p))
 #define GD_VSTORE_HALF4_RTE(v, i, p) vstore_half4_rte((v), (i), (p))
-#endif
 #define FLT4 float4
 #define INT4 int4
 #define MAKE_FLT4(a, b, c, d) ((float4)((a), (b), (c), (d)))
