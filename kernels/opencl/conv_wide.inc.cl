@@ -2,7 +2,7 @@
 // BLOCK_S output slices of a pixel form one accumulator ACCV: two float16 (BLOCK_S 8, chosen where the device's
 // vectors hold 16 floats: ops/conv.py gpu_blocking), one float16 (4), float8 (2) or float4 (1); ROWS(i) reads
 // the BLOCK_S weight rows from row i on as one such value; PART(a, j) is slice j (BLOCK_S <= 4); V_FMA, V_ZERO,
-// V_ADD and V_MUL are the arithmetic every ACCV has.
+// V_ADD, V_MUL and V_CLAMP are the arithmetic every ACCV has.
 // WIDE_ACC: a pixel's accumulator (WIDE_ZERO starts it, WIDE_SUM ends it). Where the including kernel defines
 // WIDE_PAIRS 1, two partial sums (lanes 0 and 2 of each input slice in one, 1 and 3 in the other): a work item of
 // 4 pixels then has 8 independent chains of multiply-adds, as many as two FMA units of 4 cycles' latency keep
@@ -42,11 +42,13 @@ typedef struct { float16 lo, hi; } ACCV;
 #define V_ZERO ((ACCV){(float16)(0.0f), (float16)(0.0f)})
 #define V_ADD(a, b) ((ACCV){(a).lo + (b).lo, (a).hi + (b).hi})
 #define V_MUL(r, x) ((ACCV){(r).lo * (x), (r).hi * (x)})
+#define V_CLAMP(a, mn, mx) ((ACCV){clamp((a).lo, mn, mx), clamp((a).hi, mn, mx)})
 #else
 #define V_FMA(acc, x, rows) { acc = FMA((ACCV)(x), (rows), (acc)); }
 #define V_ZERO ((ACCV)(0.0f))
 #define V_ADD(a, b) ((a) + (b))
 #define V_MUL(r, x) ((r) * (x))
+#define V_CLAMP(a, mn, mx) clamp((a), (mn), (mx))
 #endif
 
 // LANE_USED(s, k): input channel 4 s + k exists (always, when the channels fill whole slices)
@@ -94,12 +96,7 @@ __attribute__((always_inline)) inline ACCV conv_finish_wide(ACCV v, int os BUFS_
   v = V_ADD(v, BIAS_ROWS(os));
 #endif
 #if ACT
-#if BLOCK_S == 8
-  v.lo = clamp(v.lo, ACT_MIN, ACT_MAX);
-  v.hi = clamp(v.hi, ACT_MIN, ACT_MAX);
-#else
-  v = clamp(v, ACT_MIN, ACT_MAX);
-#endif
+  v = V_CLAMP(v, ACT_MIN, ACT_MAX);
 #endif
   return v;
 }

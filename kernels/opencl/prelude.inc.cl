@@ -68,8 +68,8 @@ GD_ROUND(float) GD_ROUND(float4) GD_ROUND(float16)
   }
 GD_QROUND(float4, int4, uint4) GD_QROUND(float16, int16, uint16)
 #undef GD_QROUND
-// fp16 storage: GD_VLOAD_HALF / _HALF4 / _HALF16 and GD_VSTORE_HALF4_RTE are OpenCL's vload_half* and
-// vstore_half4_rte. PoCL calls its library for each of those, so the 1x1 convolutions' inner loop made a call per
+// fp16 storage: GD_VLOAD_HALF is OpenCL's vload_half, the load of one value (t_read1). PoCL calls its library for
+// each vload_half* and vstore_half*, so the 1x1 convolutions' inner loop made a call per
 // input value (the built-in model with fp16 storage: 21.4 ms, fp32 storage 5.5). On a CPU device (the backend's build
 // options say GD_INLINE_HALF) the scalar one is written here, bit-exact and inlined: the 15 bits placed in a float's
 // exponent and mantissa, scaled by 2^112 (exact for normal and subnormal halves), Inf and NaN given all exponent
@@ -86,9 +86,6 @@ inline float gd_half_to_float(uint h) {
 #else
 #define GD_VLOAD_HALF(j, p) vload_half((j), (p))
 #endif
-#define GD_VLOAD_HALF4(i, p) vload_half4((i), (p))
-#define GD_VLOAD_HALF16(o, p) vload_half16((o), (p))
-#define GD_VSTORE_HALF4_RTE(v, i, p) vstore_half4_rte((v), (i), (p))
 #define FLT4 float4
 #define INT4 int4
 #define MAKE_FLT4(a, b, c, d) ((float4)((a), (b), (c), (d)))
