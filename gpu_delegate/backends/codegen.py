@@ -622,15 +622,19 @@ def _wide_expr(expr: str) -> str | None:
 def _postop_step(k: int, p: PostOp, vec: str, expr: str, operand: str) -> str:
     """One post-op as a statement updating ``v`` of type ``vec``; ``operand`` reads post-op ``k``'s operand."""
     if p.kind == "fake_quant":
-        name = "fake_quant" if vec == "FLT4" else "fake_quant16"
-        return f"v = {name}(v, {literal(p.scale)}, {literal(p.qmin)}, {literal(p.qmax)});"
+        name = ("fake_quant" if vec == "FLT4" else "fake_quant16") + ("" if p.exact else "_rcp")
+        inverse = "" if p.exact else f"{literal(float(np.float32(1) / np.float32(p.scale)))}, "
+        return f"v = {name}(v, {inverse}{literal(p.scale)}, {literal(p.qmin)}, {literal(p.qmax)});"
     if p.kind == "keep":
         return f"{vec} kept{p.slot} = v;"
     if p.kind == "lut":  # the codes are exact integers in float: the conversion to int truncates nothing
         wide = vec == "float16"
         lanes = [f"s{j:x}" for j in range(16)] if wide else list("xyzw")
-        code = (f"{'convert_int16' if wide else 'TO_INT4'}(QROUND(v / {'SPLAT16' if wide else 'SPLAT'}"
-                f"({literal(p.scale)}), {literal(p.qmin)}, {literal(p.qmax)})) + {p.offset}")
+        splat = "SPLAT16" if wide else "SPLAT"
+        quotient = f"v / {splat}({literal(p.scale)})" if p.exact else \
+            f"v * {splat}({literal(float(np.float32(1) / np.float32(p.scale)))})"
+        code = (f"{'convert_int16' if wide else 'TO_INT4'}(QROUND({quotient}, {literal(p.qmin)}, {literal(p.qmax)}))"
+                f" + {p.offset}")
         return (f"{{ {'int16' if wide else 'INT4'} c = {code}; v = {'(float16)(' if wide else 'MAKE_FLT4('}"
                 + ", ".join(f"p{k}_read1(c.{lane})" for lane in lanes) + "); }")
     if p.operand is None:

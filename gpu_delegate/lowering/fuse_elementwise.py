@@ -8,6 +8,7 @@ steps whose result is a function of one value's code (swish, a rescaling by cons
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 import numpy as np
@@ -92,7 +93,8 @@ def run(view: PartitionView, quantized: bool, const_key: ConstKey, table_key: Ta
                 steps.append(PostOp("keep", slot=n, node=n))
                 pending[partner] = (n, t, p)
             elif ops and ops[0].kind == "lut" and steps and _same_grid(steps[-1], ops[0]):
-                steps.pop()  # the lookup rounds onto the grid the producer's fake-quant step rounds onto
+                # the lookup rounds onto the grid the producer's fake-quant step rounds onto, the same value
+                ops = [dataclasses.replace(ops[0], exact=steps.pop().exact), *ops[1:]]
             steps.extend(ops or [])
             view.written_as[t] = node.outputs[0]
             result.applied.append(f"fused {node} into {graph.nodes[p]}" +
@@ -144,7 +146,7 @@ def _fold_constant_chains(view: PartitionView, steps: list[PostOp], table_key: T
             continue
         last = steps[end]
         table = CodeTable(folded, first.scale, int(-first.qmin), 0)
-        out.append(lut_postop(table, table_key(last.node, table_rows(table)), last.node))
+        out.append(lut_postop(table, table_key(last.node, table_rows(table)), last.node, first.exact))
         result.applied.append(f"{end - i + 1} steps after {view.graph.nodes[first.node]} looked up by its code")
         i = end + 1
     return out

@@ -39,23 +39,31 @@ def activation_postop(code: int, node: int) -> PostOp | None:
     return PostOp("expr", expr=ACTIVATION_EXPR[code], node=node)
 
 
+# ops whose result is a sum of products (then a fused activation): their fake-quant step may multiply by the
+# reciprocal of the scale (PostOp.exact)
+SUMS_OF_PRODUCTS = frozenset({"CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "TRANSPOSE_CONV", "CONV_3D",
+                              "BATCH_MATMUL"})
+
+
 def fake_quant_postop(view: PartitionView, t: int, node: int) -> PostOp | None:
-    """Quantize-dequantize onto tensor ``t``'s integer grid, if it is per-tensor quantized (so the float
-    graph follows the fixed-point one); None otherwise."""
+    """Quantize-dequantize onto tensor ``t`` (node ``node``'s output)'s integer grid, if it is per-tensor
+    quantized (so the float graph follows the fixed-point one); None otherwise."""
     tensor = view.graph.tensors[t]
     q = tensor.quant
     if q is None or tensor.dtype.kind not in "iu" or q.per_channel:
         return None
     info = np.iinfo(tensor.dtype)
     scale, zp = q.scalar()
-    return PostOp("fake_quant", scale=float(scale), qmin=float(info.min - zp), qmax=float(info.max - zp), node=node)
+    return PostOp("fake_quant", scale=float(scale), qmin=float(info.min - zp), qmax=float(info.max - zp), node=node,
+                  exact=view.graph.nodes[node].op not in SUMS_OF_PRODUCTS)
 
 
-def lut_postop(table: CodeTable, key: str, node: int) -> PostOp:
-    """The post-op looking up each value's code on ``table``'s input grid in const ``key`` (the table's values)."""
+def lut_postop(table: CodeTable, key: str, node: int, exact: bool = True) -> PostOp:
+    """The post-op looking up each value's code on ``table``'s input grid in const ``key`` (the table's values);
+    ``exact`` as for the fake-quant step whose rounding the code is (PostOp)."""
     return PostOp("lut", operand="table", source=key, scale=table.scale, qmin=float(table.code_min - table.zero_point),
                   qmax=float(table.code_min + table.values.size - 1 - table.zero_point),
-                  offset=table.zero_point - table.code_min, node=node)
+                  offset=table.zero_point - table.code_min, node=node, exact=exact)
 
 
 def table_rows(table: CodeTable) -> np.ndarray:
