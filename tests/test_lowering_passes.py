@@ -318,7 +318,33 @@ def test_fake_quant_step_after_a_quantized_output():
     (step,) = view.postops[0]
     # int8 on (scale 0.5, zero point 10): codes -128..127 are -138..117 steps from the zero point
     assert (step.kind, step.scale, step.qmin, step.qmax) == ("fake_quant", 0.5, -138.0, 117.0)
+    assert step.exact  # a requantization: the division, whose correctly rounded quotient keeps exact halves
     assert fuse_elementwise.run(view_of(graph_of(mb)), False, lambda t, mode: "", table_key).applied == []
+
+
+def conv_then(second: str) -> Graph:
+    """An int8 1x1 CONV_2D, then ``second`` ("ADD" of its output to itself, or a unary op) on another grid."""
+    mb = ModelBuilder()
+    x = mb.input("x", [1, 4, 4, 8], np.int8, scale=0.25, zero_point=-3)
+    w = mb.const("w", np.ones((8, 1, 1, 8), np.int8), scale=0.1, zero_point=0)
+    c = mb.tensor("c", [1, 4, 4, 8], np.int8, scale=0.5, zero_point=10)
+    y = mb.tensor("y", [1, 4, 4, 8], np.int8, scale=0.3, zero_point=0)
+    mb.op("CONV_2D", [x, w, -1], [c], padding="VALID", stride_w=1, stride_h=1, fused_activation_function="NONE")
+    mb.op(second, [c, c] if second == "ADD" else [c], [y])
+    mb.output(y)
+    return graph_of(mb)
+
+
+def test_fake_quant_step_of_a_sum_of_products_multiplies_by_the_reciprocal():
+    """An int8 convolution's step rounds a sum of products (exact False: a multiply by 1 / scale), the ADD after it
+    requantizes (exact True), and a lookup that replaces a convolution's step rounds as that step did."""
+    view = view_of(conv_then("ADD"))
+    fuse_elementwise.run(view, True, lambda t, mode: "", table_key)
+    assert [(p.kind, p.node, p.exact) for p in view.postops[0]] == [("fake_quant", 0, False)]
+    assert [(p.kind, p.node, p.exact) for p in view.postops[1]] == [("fake_quant", 1, True)]
+    view = view_of(conv_then("HARD_SWISH"))
+    fuse_elementwise.run(view, True, lambda t, mode: "", table_key)
+    assert [(p.kind, p.exact) for p in view.postops[0]] == [("lut", False)]
 
 
 # -- emit and memory ------------------------------------------------------------------------------------------------
