@@ -174,6 +174,9 @@ def split_rows(part: Callable[[int, int], object], rows: int, work: int, blas: b
     """Run part(r0, r1) on contiguous blocks covering [0, rows): one block per thread (fewer when the
     ``work`` is small), block 0 on the calling thread. ``blas``: the part calls BLAS; when OpenBLAS's
     thread count cannot be set, such work stays in one block and BLAS threads it its own way."""
+    if work < MIN_WORK:  # one block, and too little work for OpenBLAS to thread (it starts at 4x this)
+        part(0, rows)
+        return
     openblas, pool = _resources()
     n = max(1, min(jit.get_num_threads(), rows, work // MIN_WORK))
     if (blas and openblas.set is None) or threading.current_thread().name.startswith(_POOL_NAME):

@@ -6,6 +6,8 @@ the only arithmetic is CONCATENATION's requantization of inputs whose scale diff
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from .quant import dtype_range
@@ -29,8 +31,8 @@ def requantize_copy(x: np.ndarray, in_scale: float, in_zp: int, out_scale: float
 def gather(params: np.ndarray, indices: np.ndarray, axis: int, batch_dims: int) -> np.ndarray:
     """TFLite GATHER: out[b.., o.., i.., n..] = params[b.., o.., indices[b.., i..], n..]."""
     batch_shape = params.shape[:batch_dims]
-    batch = int(np.prod(batch_shape, dtype=np.int64))
-    outer = int(np.prod(params.shape[batch_dims:axis], dtype=np.int64))
+    batch = math.prod(batch_shape)
+    outer = math.prod(params.shape[batch_dims:axis])
     inner_shape = params.shape[axis + 1:]
     p = params.reshape(batch, outer, params.shape[axis], -1)
     idx = indices.reshape(batch, -1).astype(np.intp)

@@ -225,9 +225,12 @@ def register(cls: type[Op]) -> type[Op]:
 
 
 def get_op(name: str) -> type[Op] | None:
-    from . import _load_all  # noqa: F401  (importing the package registers every op module)
+    op = REGISTRY.get(name)  # found without the import statement: the CPU executor asks once a node
+    if op is None:
+        from . import _load_all  # noqa: F401  (importing the package registers every op module)
 
-    return REGISTRY.get(name)
+        op = REGISTRY.get(name)
+    return op
 
 
 # -- helpers op modules share (validation helpers: checks.py) -------------------------------------------------

@@ -499,7 +499,7 @@ FC_SINGLE_ROUNDING: dict[np.dtype, bool] = {np.dtype(np.int8): True, np.dtype(np
 
 def _fc_shape(node: Node, xs: tuple[int, ...], ws: tuple[int, ...]) -> tuple[int, ...]:
     k = ws[1]
-    size = int(np.prod(xs, dtype=np.int64))
+    size = math.prod(map(int, xs))
     if node.attrs.get("keep_num_dims", False):
         if not xs or xs[-1] != k:
             raise ModelError(f"{node}: keep_num_dims needs the input's last dimension ({list(xs)}) to be {k}")

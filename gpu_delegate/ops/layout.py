@@ -15,6 +15,8 @@ depth_to_space.dialect and space_to_depth.dialect; SHAPE and ONE_HOT produce int
 
 from __future__ import annotations
 
+import itertools
+import math
 from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
@@ -74,7 +76,15 @@ def _axis(node: Node, axis: int, rank: int, what: str = "axis") -> int:
 
 
 def _size(shape: Shape) -> int:
-    return int(np.prod(shape, dtype=np.int64))
+    return math.prod(map(int, shape))
+
+
+def _pieces(x: np.ndarray, axis: int, sizes: Sequence[int]) -> list[np.ndarray]:
+    """``x`` cut along ``axis`` into consecutive pieces of ``sizes`` (np.split by slicing: a tenth of its cost on
+    the small tensors of a recurrent net's loop body)."""
+    lead = (slice(None),) * axis
+    ends = itertools.accumulate(sizes)
+    return [x[(*lead, slice(end - size, end))] for size, end in zip(sizes, ends)]
 
 
 def _contiguous(arrays: list[np.ndarray]) -> list[np.ndarray]:
@@ -576,7 +586,7 @@ class Split(Op):
     def run_cpu(node: Node, graph: Graph, inputs: Inputs) -> list[np.ndarray]:
         x = required(node, inputs, 1)
         axis, sizes = Split._plan(node, required(node, inputs, 0), x.shape)
-        return _contiguous(np.split(x, np.cumsum(sizes)[:-1], axis))
+        return _contiguous(_pieces(x, axis, sizes))
 
     @staticmethod
     def gpu_support(node: Node, graph: Graph) -> bool | str:
@@ -629,7 +639,7 @@ class SplitV(Op):
     def run_cpu(node: Node, graph: Graph, inputs: Inputs) -> list[np.ndarray]:
         x = required(node, inputs, 0)
         axis, sizes = SplitV._plan(node, required(node, inputs, 1), required(node, inputs, 2), x.shape)
-        return _contiguous(np.split(x, np.cumsum(sizes)[:-1], axis))
+        return _contiguous(_pieces(x, axis, sizes))
 
     @staticmethod
     def _const_plan(node: Node, graph: Graph, shape: Shape) -> tuple[int, list[int]]:
