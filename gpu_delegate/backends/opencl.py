@@ -55,9 +55,9 @@ _enqueue_read_buffer: Callable[..., Any] = cl._cl._enqueue_read_buffer
 _COMPLETE = cl.command_execution_status.COMPLETE
 # An invoke's last read on a CPU device polls its event for up to this long before it blocks, where the last
 # wait for the same output was this short: PoCL wakes a thread blocked on an event 30-80 us after the event
-# (this host), the larger part of a small model's invoke (conv1d_audio 0.30 -> 0.22 ms, multi_io 0.22 -> 0.19,
-# the ViT block 0.46 -> 0.41). Polling through a longer wait would take a core from PoCL's threads on a
-# host of few cores (MobileNetV3Small polling throughout: 1.10x the time).
+# (this host), the larger part of a small model's invoke (bench/speed.py: conv1d_audio int8 0.28 -> 0.24 ms,
+# the 2-in/3-out net 0.20 -> 0.17, the ViT block 0.43 -> 0.41). Polling through a longer wait would take a core
+# from PoCL's threads on a host of few cores (MobileNetV3Small polling throughout: 1.10x the time).
 SPIN_WAIT_S = 300e-6
 
 
