@@ -77,7 +77,7 @@ def bench_model(path: Path, backends: list[str], rounds: int, runs: int, baselin
     graph = gd.Interpreter(model_path=str(path)).graph
     macs = gd.GpuDelegate(backend="cl").partition_weight(graph.nodes, graph)
     rng = np.random.default_rng(0)
-    inputs = [tools.random_input(d["shape"], d["dtype"], rng) for d in its["LiteRT"].get_input_details()]
+    inputs = [tools.benchmark_input(d["shape"], d["dtype"], rng) for d in its["LiteRT"].get_input_details()]
     for it in its.values():
         it.allocate_tensors()
         for d, x in zip(it.get_input_details(), inputs):
