@@ -619,11 +619,16 @@ def _wide_expr(expr: str) -> str | None:
     return _TOKEN.sub(lambda m: _WIDE_NAMES[m.group("name")] if m.group("name") else m.group(0), expr)
 
 
+def _inverse(scale: float) -> str:
+    """1 / scale rounded once to float32, as a literal (a fake-quant step's or lookup's multiplier, PostOp.exact)."""
+    return literal(float(np.float32(1) / np.float32(scale)))
+
+
 def _postop_step(k: int, p: PostOp, vec: str, expr: str, operand: str) -> str:
     """One post-op as a statement updating ``v`` of type ``vec``; ``operand`` reads post-op ``k``'s operand."""
     if p.kind == "fake_quant":
         name = ("fake_quant" if vec == "FLT4" else "fake_quant16") + ("" if p.exact else "_rcp")
-        inverse = "" if p.exact else f"{literal(float(np.float32(1) / np.float32(p.scale)))}, "
+        inverse = "" if p.exact else f"{_inverse(p.scale)}, "
         return f"v = {name}(v, {inverse}{literal(p.scale)}, {literal(p.qmin)}, {literal(p.qmax)});"
     if p.kind == "keep":
         return f"{vec} kept{p.slot} = v;"
@@ -631,8 +636,7 @@ def _postop_step(k: int, p: PostOp, vec: str, expr: str, operand: str) -> str:
         wide = vec == "float16"
         lanes = [f"s{j:x}" for j in range(16)] if wide else list("xyzw")
         splat = "SPLAT16" if wide else "SPLAT"
-        quotient = f"v / {splat}({literal(p.scale)})" if p.exact else \
-            f"v * {splat}({literal(float(np.float32(1) / np.float32(p.scale)))})"
+        quotient = f"v / {splat}({literal(p.scale)})" if p.exact else f"v * {splat}({_inverse(p.scale)})"
         code = (f"{'convert_int16' if wide else 'TO_INT4'}(QROUND({quotient}, {literal(p.qmin)}, {literal(p.qmax)}))"
                 f" + {p.offset}")
         return (f"{{ {'int16' if wide else 'INT4'} c = {code}; v = {'(float16)(' if wide else 'MAKE_FLT4('}"

@@ -139,7 +139,7 @@ class OpenCLBackend(Backend):
         # pyopencl sets a kernel's arguments and enqueues it in two calls: one thread at a time
         self._mutex = threading.RLock()
         self._transfers: list[cl.Event] = []  # of _write_async and _read_async, until the invoke's wait
-        self._last_wait: dict[int, float] = {}  # output buffer -> seconds the last invoke waited for it (a CPU)
+        self._last_wait: dict[int, float] = {}  # output buffer -> seconds the last invoke waited for it
         self._info = self._describe()
         exact = bool(self.device.single_fp_config & cl.device_fp_config.CORRECTLY_ROUNDED_DIVIDE_SQRT)
         self._options = f"{BUILD_OPTIONS} {EXACT_DIVISION}" if exact else BUILD_OPTIONS
@@ -314,12 +314,8 @@ class OpenCLBackend(Backend):
         if not out.nbytes:
             self._settle()
             return
-        if self._info["device_type"] != "cpu":
-            _enqueue_read_buffer(self.queue, handle, out, is_blocking=True)
-            self._transfers.clear()
-            return
         key, start = handle.int_ptr, time.perf_counter()
-        if self._last_wait.get(key, 0.0) < SPIN_WAIT_S:  # short last time: poll (SPIN_WAIT_S)
+        if self._info["device_type"] == "cpu" and self._last_wait.get(key, 0.0) < SPIN_WAIT_S:  # poll: SPIN_WAIT_S
             event = _enqueue_read_buffer(self.queue, handle, out, is_blocking=False)
             self.queue.flush()
             deadline = start + SPIN_WAIT_S
