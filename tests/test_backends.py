@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -356,9 +357,11 @@ def test_invoke_routes_codes(backend, shape, dtype, scale, zero_point):
         backend.invoke([(route, q.astype(np.int16))], [], [])
 
 
-@pytest.mark.parametrize("local_size", [(4, 4, 2), None])
-def test_grid_not_a_multiple_of_the_local_size(backend, local_size):
-    grid = (7, 5, 3)
+# (7, 5, 3), (1, 4, 32) and (3, 1, 5) are narrower than a SIMD batch along x: GL flattens x and y, or all three,
+# into one x (codegen.flat_dims); (16, 3, 2) and (2, 2, 1) keep a 3-D dispatch
+@pytest.mark.parametrize("grid, local_size", [((7, 5, 3), (4, 4, 2)), ((7, 5, 3), None), ((1, 4, 32), None),
+                                              ((3, 1, 5), None), ((16, 3, 2), None), ((2, 2, 1), None)])
+def test_grid_not_a_multiple_of_the_local_size(backend, grid, local_size):
     body = """
 int i = (GID_Z * GRID_Y + GID_Y) * GRID_X + GID_X;
 o_write(i, MAKE_FLT4(TO_FLT(GID_X), TO_FLT(GID_Y), TO_FLT(GID_Z), 1.0f));
@@ -367,11 +370,14 @@ o_write(i, MAKE_FLT4(TO_FLT(GID_X), TO_FLT(GID_Y), TO_FLT(GID_Z), 1.0f));
     program = backend.compile(spec)
     if local_size:
         assert program.local_size == local_size
-    n = 7 * 5 * 3
+    elif backend.name == "gl":
+        flattened = program.local_size[0] >= 2 * grid[0]
+        assert flattened == (grid[0] < 8 and math.prod(grid) >= 8), program.local_size
+    n = math.prod(grid)
     out = backend.alloc(n + 8)
     backend.upload(out, np.full((n + 8) * 4, -1, np.float32))
     program([out])
-    z, y, x = np.mgrid[0:3, 0:5, 0:7]
+    z, y, x = np.mgrid[0:grid[2], 0:grid[1], 0:grid[0]]
     want = np.stack([x, y, z, np.ones_like(x)], -1).reshape(-1).astype(np.float32)
     got = backend.download(out)
     np.testing.assert_array_equal(got[: 4 * n], want)

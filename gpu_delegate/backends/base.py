@@ -397,10 +397,15 @@ class Backend(ABC):
         """Compiler options (part of a binary's identity); empty where the API has none."""
         return ""
 
+    def default_local_size(self, grid: tuple[int, int, int]) -> tuple[int, int, int]:
+        """The work-group size of a kernel over ``grid`` that names none (choose_local_size, unless the API's
+        dispatch does better otherwise)."""
+        return choose_local_size(grid, self.device_info())
+
     def local_size(self, spec: KernelSpec) -> tuple[int, int, int]:
         info = self.device_info()
         if spec.local_size is None:
-            return choose_local_size(spec.grid, info)
+            return self.default_local_size(spec.grid)
         dims = info["max_work_group_dims"]
         if math.prod(spec.local_size) > info["max_work_group_size"] or any(
                 lsz > d for lsz, d in zip(spec.local_size, dims)):

@@ -157,8 +157,8 @@ def _three_sizes(values: Iterable[int], what: str) -> tuple[int, int, int]:
 
 _ARG_SUFFIXES = ("_B", "_H", "_W", "_C", "_S", "_FULL", "_FIRST", "_idx", "_slice", "_batch", "_at", "_read", "_read1",
                  "_read16", "_write", "_store", "_finish", "_finish16")
-_RESERVED = ("GRID_X", "GRID_Y", "GRID_Z", "GID_X", "GID_Y", "GID_Z", "BUFS", "BUFS_DECL", "FLT4", "INT4",
-             "MAKE_FLT4", "MAKE_INT4", "SPLAT", "TO_INT", "TO_FLT", "TO_INT4", "TO_FLT4", "FABS", "RSQRT",
+_RESERVED = ("GRID_X", "GRID_Y", "GRID_Z", "GID_X", "GID_Y", "GID_Z", "GID_FLAT", "BUFS", "BUFS_DECL", "FLT4",
+             "INT4", "MAKE_FLT4", "MAKE_INT4", "SPLAT", "TO_INT", "TO_FLT", "TO_INT4", "TO_FLT4", "FABS", "RSQRT",
              "FMOD", "FMA", "ROUND", "RINT", "ATAN2", "LT4", "LE4", "GT4", "GE4", "EQ4", "NE4", "SELECT4",
              "LANE", "ZERO_PAD")
 
@@ -572,10 +572,57 @@ def _gl_accessors(spec: KernelSpec, a: Arg, texture: bool) -> str:
     return "\n".join(lines) + "\n"
 
 
+# A work group of a GL dispatch, when its x size is at least twice the grid's (a size no 3-D choice takes:
+# choose_local_size and local_size_candidates stay below that), runs the grid's x and y, or x, y and z, as one
+# flattened x (flat_dims): llvmpipe runs a group's invocations as SIMD lanes along x only, its y and z one after
+# another, so a (1, 4, 8) group of ResNet50's 4x4x512 3x3 convolution used 1 lane in 8 (13.2 ms; flattened,
+# 2.1 ms). A GPU packs a group's invocations into its warps x first, y, then z anyway, so the order of the
+# invocations is the same there.
+GL_SIMD_LANES = 8  # llvmpipe's lanes (256-bit vectors of float32), and the least x worth flattening for
+
+
+def flat_dims(grid: tuple[int, int, int], local_size: tuple[int, int, int]) -> int:
+    """How many of the grid's dimensions a GL dispatch of ``grid`` with work groups of ``local_size``
+    flattens into x: 0 (none, a 3-D dispatch), 2 (x and y, where they make GL_SIMD_LANES invocations; z stays
+    a dimension of its own, so what z alone indexes, a convolution's weights, is the same for a whole group)
+    or 3."""
+    if local_size[1] != 1 or local_size[2] != 1 or local_size[0] < 2 * grid[0]:
+        return 0
+    return 2 if grid[0] * grid[1] >= GL_SIMD_LANES else 3
+
+
+def gl_groups(grid: tuple[int, int, int], local_size: tuple[int, int, int]) -> tuple[int, int, int]:
+    """The work-group counts of a GL dispatch of ``grid`` (flat_dims)."""
+    gx, gy, gz = grid
+    flat = flat_dims(grid, local_size)
+    if flat == 3:
+        return -(-(gx * gy * gz) // local_size[0]), 1, 1
+    if flat == 2:
+        return -(-(gx * gy) // local_size[0]), 1, gz
+    return -(-gx // local_size[0]), -(-gy // local_size[1]), -(-gz // local_size[2])
+
+
+def _gl_invocation(spec: KernelSpec, local_size: tuple[int, int, int]) -> str:
+    """GID_X, GID_Y and GID_Z of a GL invocation, and the return of those past the grid (flat_dims)."""
+    flat = flat_dims(spec.grid, local_size)
+    if flat == 0:
+        return ("  int GID_X = int(gl_GlobalInvocationID.x);\n"
+                "  int GID_Y = int(gl_GlobalInvocationID.y);\n"
+                "  int GID_Z = int(gl_GlobalInvocationID.z);\n"
+                "  if (GID_X >= GRID_X || GID_Y >= GRID_Y || GID_Z >= GRID_Z) return;\n")
+    last = "GRID_X * GRID_Y * GRID_Z" if flat == 3 else "GRID_X * GRID_Y"
+    return ("  int GID_FLAT = int(gl_GlobalInvocationID.x);\n"
+            f"  if (GID_FLAT >= {last}) return;\n"
+            "  int GID_X = GID_FLAT % GRID_X;\n"
+            + ("  int GID_Y = (GID_FLAT / GRID_X) % GRID_Y;\n  int GID_Z = GID_FLAT / (GRID_X * GRID_Y);\n" if flat == 3
+               else "  int GID_Y = GID_FLAT / GRID_X;\n  int GID_Z = int(gl_GlobalInvocationID.z);\n"))
+
+
 def glsl_source(spec: KernelSpec, local_size: tuple[int, int, int], textures: frozenset[int] = frozenset()) -> str:
-    """The complete GLSL ES 3.10 compute shader for ``spec`` with the given work-group size; buffer
-    ``i`` of ``spec.args`` is bound at SSBO binding ``i``, or, for ``i`` in ``textures`` (arguments it
-    only reads), as a buffer texture (GL_EXT_texture_buffer) at texture unit ``i``."""
+    """The complete GLSL ES 3.10 compute shader for ``spec`` with the given work-group size (which may
+    flatten the grid: flat_dims); buffer ``i`` of ``spec.args`` is bound at SSBO binding ``i``, or, for
+    ``i`` in ``textures`` (arguments it only reads), as a buffer texture (GL_EXT_texture_buffer) at texture
+    unit ``i``."""
     lx, ly, lz = local_size
     extension = "#extension GL_EXT_texture_buffer : require\n" if textures else ""
     parts = ["#version 310 es\n" + extension + "precision highp float;\nprecision highp int;\n",
@@ -588,11 +635,7 @@ def glsl_source(spec: KernelSpec, local_size: tuple[int, int, int], textures: fr
     parts.append(spec.helpers.rstrip() + "\n" if spec.helpers.strip() else "")
     parts.append(_finishers(spec))
     parts.append(
-        "void main() {\n"
-        "  int GID_X = int(gl_GlobalInvocationID.x);\n"
-        "  int GID_Y = int(gl_GlobalInvocationID.y);\n"
-        "  int GID_Z = int(gl_GlobalInvocationID.z);\n"
-        "  if (GID_X >= GRID_X || GID_Y >= GRID_Y || GID_Z >= GRID_Z) return;\n"
+        "void main() {\n" + _gl_invocation(spec, local_size) +
         "  {\n" + spec.body.rstrip() + "\n  }\n}\n")
     return "".join(parts)
 

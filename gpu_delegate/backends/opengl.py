@@ -20,6 +20,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import hashlib
+import math
 import os
 import queue
 import struct
@@ -357,6 +358,24 @@ class GLBackend(Backend):
         # the GL objects themselves: close() deletes them all, freed or not
         return len(self._gl_buffers)
 
+    def default_local_size(self, grid: tuple[int, int, int]) -> tuple[int, int, int]:
+        """The base rule's work group, unless the grid is narrower than GL_SIMD_LANES along x: then a 1-D group
+        over the grid's x and y, or x, y and z, flattened (codegen.flat_dims), at least twice the grid's x wide
+        (which tells flat_dims it is flattened), halved while there are fewer groups than twice the threads."""
+        local = super().default_local_size(grid)
+        gx, gy, gz = grid
+        if gx >= codegen.GL_SIMD_LANES:
+            return local
+        flat = gx * gy if gx * gy >= codegen.GL_SIMD_LANES else gx * gy * gz
+        least = max(codegen.GL_SIMD_LANES, 1 << (2 * gx - 1).bit_length())
+        size = min(1 << (flat - 1).bit_length(), self._info["preferred_work_group_size"],
+                   self._info["max_work_group_dims"][0], self._info["max_work_group_size"])
+        if size < least:  # a grid of fewer invocations than that: flattened, it would fill no more lanes
+            return local
+        while size > least and math.prod(codegen.gl_groups(grid, (size, 1, 1))) < 2 * self._info["compute_units"]:
+            size //= 2
+        return size, 1, 1
+
     def textures(self, spec: KernelSpec) -> frozenset[int]:
         """The arguments of ``spec`` that its shader reads through buffer textures: all that it does not
         write, where the driver has buffer textures and a unit for each."""
@@ -480,7 +499,7 @@ class GLBackend(Backend):
                 gl.BindTexture(GL_TEXTURE_BUFFER, self._gl_textures[h.glo])
             else:
                 gl.BindBufferBase(GL_SHADER_STORAGE_BUFFER, i, h.glo)
-        groups = [-(-g // lsz) for g, lsz in zip(program.spec.grid, program.local_size)]
+        groups = codegen.gl_groups(program.spec.grid, program.local_size)
         query = None
         if self.profile:
             query = ctypes.c_uint()
