@@ -490,6 +490,7 @@ def plan_from_json(d: dict[str, Any], blobs: dict[str, bytes]) -> Plan:
         k["grid"] = tuple(k["grid"])
         k["local_size"] = tuple(k["local_size"]) if k["local_size"] is not None else None
         k["fused_nodes"] = tuple(k.get("fused_nodes", ()))
+        k["constants"] = tuple(k.get("constants", ()))
         kernels.append(KernelCall(**k))
     return Plan(tensors={int(t): tuple(s) for t, s in d["tensors"]}, consts=consts, kernels=kernels,
                 inputs=list(d["inputs"]), outputs=list(d["outputs"]), aliases={int(a): int(b) for a, b in d["aliases"]},

@@ -114,12 +114,14 @@ def kernel_spec(call: KernelCall, plan: Plan, precision: str,
             args.append(Arg(f"p{k}", "in", plan.tensors[p.source], tensor_storage(p.source), plan.placement(p.source)))
             binds.append(("t", p.source))
     postop_arg, wide = None, False
+    constants: dict[str, float | int] = {}
     if call.postops:
-        text, wide = render_postops(call.postops, plan.tensors[call.outputs["dst"]][3], language)
+        text, wide, constants = render_postops(call.postops, plan.tensors[call.outputs["dst"]][3], language)
         helpers, postop_arg = helpers + text, "dst"
-    spec = KernelSpec(call.kernel, body, args, call.grid, dict(call.defines), helpers=helpers,
+    spec = KernelSpec(call.kernel, body, args, call.grid, {**call.defines, **constants}, helpers=helpers,
                       precision=precision, local_size=call.local_size, postop_arg=postop_arg, wide_postop=wide,
-                      runtime_channels=generic == "", generic_when_crowded=generic == CROWDED)
+                      runtime_channels=generic == "", generic_when_crowded=generic == CROWDED,
+                      constants=(*constants, *call.constants))
     return spec, binds
 
 
@@ -307,22 +309,33 @@ class PlanRunner:
         size only: the channel counts as arguments cost a kernel a few percent, worth it only where layers of other
         channel counts then share its program. Where the plan still has more distinct kernels than the driver keeps
         loaded (``Backend.loaded_kernels``: past it every dispatch reloads one), the kernels generic when crowded
-        (``// @runtime_channels crowded``: OpenCL's 1x1 convolutions, 2-3.5% slower so) share theirs too. ``text``
-        gives a spec's source (compile's, which makes each once)."""
+        (``// @runtime_channels crowded``: OpenCL's 1x1 convolutions, 2-3.5% slower so) share theirs too, and if
+        that is not enough, every kernel takes its constants as arguments (``runtime_constants``: its post-ops'
+        scales and bounds, an op's own quantization grid): an 8-bit model's layers of one shape differ in their
+        grids alone, each a kernel of its own (NASNetMobile int8: 476 distinct kernels, 113 so). ``text`` gives
+        a spec's source (compile's, which makes each once)."""
         def shared(specs: list[KernelSpec]) -> list[KernelSpec]:
-            baked = {id(s): dataclasses.replace(s, runtime_channels=False) for s in specs if s.runtime_channels}
-            sizes: dict[str, set[str]] = {}  # a generic text -> the texts of its layers with their constants
+            baked = {id(s): dataclasses.replace(s, runtime_channels=False, runtime_constants=False) for s in specs
+                     if s.runtime_channels or s.runtime_constants}
+            layers: dict[str, set[str]] = {}  # a generic text -> the texts of its layers with their constants
             for spec in specs:
-                if spec.runtime_channels:
-                    sizes.setdefault(text(spec), set()).add(text(baked[id(spec)]))
-            return [baked[id(s)] if s.runtime_channels and len(sizes[text(s)]) == 1 else s for s in specs]
+                if id(spec) in baked:
+                    layers.setdefault(text(spec), set()).add(text(baked[id(spec)]))
+            return [baked[id(s)] if id(s) in baked and len(layers[text(s)]) == 1 else s for s in specs]
+
+        def crowded(specs: list[KernelSpec]) -> bool:
+            limit = self.backend.loaded_kernels
+            kernels = len({(text(s), self.backend.local_size(s)) for s in specs}) + len(self.boundary)
+            return limit is not None and kernels > limit
 
         kept = shared(specs)
-        limit = self.backend.loaded_kernels
-        kernels = len({(text(s), self.backend.local_size(s)) for s in kept}) + len(self.boundary)
-        if limit is None or kernels <= limit:
+        if not crowded(kept):
             return kept
-        return shared([dataclasses.replace(s, runtime_channels=True) if s.generic_when_crowded else s for s in specs])
+        specs = [dataclasses.replace(s, runtime_channels=True) if s.generic_when_crowded else s for s in specs]
+        kept = shared(specs)
+        if not crowded(kept):
+            return kept
+        return shared([dataclasses.replace(s, runtime_constants=True) if s.constants else s for s in specs])
 
     def _launch_sizes(self, binds: list[Bind]) -> list[int]:
         """The vec4 count of what each argument of a kernel binds (before ``allocate``)."""
@@ -349,7 +362,7 @@ class PlanRunner:
         from the inputs, so these extra launches change no answer."""
         t0 = time.perf_counter()
         info = self.backend.device_info()
-        chosen: dict[tuple[str, tuple[int, ...]], tuple[int, int, int]] = {}
+        chosen: dict[tuple[str, tuple[int | float, ...]], tuple[int, int, int]] = {}
         distinct = len({(p.source, p.values) for p in self.programs})
         if progress is not None:
             progress.stage(f"tuning work-group sizes of {distinct} kernels (at most {budget_s:.1f} s)", distinct)

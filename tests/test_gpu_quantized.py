@@ -38,7 +38,7 @@ import gpu_delegate as gd
 import gpu_delegate.runner
 from gpu_delegate.tflite.writer import ModelBuilder
 
-from .reference import assert_float_close, need_models, run, run_litert, shared_delegate
+from .reference import assert_float_close, need_models, run, run_litert, runner_of, shared_delegate
 
 I32 = np.int32
 
@@ -344,6 +344,45 @@ def test_quantized_inference_option(backend, quantized):
     assert_quantized_match(add, (ref_add,), f"int8 ADD, quantized={quantized} on {backend}")
     steps = np.round((dequantized.astype(np.float64) - ref_dequantized) / 0.03).astype(np.int64)
     assert_quantized_match(steps, (np.zeros_like(steps),), f"DEQUANTIZE, quantized={quantized} on {backend}")
+
+
+def same_shape_layers(seed: int = 14) -> QModel:
+    """int8 layers of one shape on grids of their own: three 1x1 CONV_2Ds in a row, then two AVERAGE_POOLs (each
+    on its input's grid) of the last two; the kernels of one op differ in their grids alone."""
+    b = QModel(np.int8, seed)
+    b.input("x", [1, 6, 5, 8], (0.04, 3))
+    for k, x in enumerate(["x", "conv0", "conv1"]):
+        b.conv(x, f"conv{k}", 8, 1, 1, per_channel=True)
+    for x in ("conv1", "conv2"):
+        b.op("AVERAGE_POOL_2D", [x], f"pool_{x}", [1, 6, 5, 8], "input", padding="SAME", stride_h=1, stride_w=1,
+             filter_height=3, filter_width=3)
+    return b
+
+
+def test_a_crowded_int8_plan_takes_its_grids_at_run_time(monkeypatch):
+    """Past the kernels the driver keeps loaded (PoCL: 128, each past it reloaded at every dispatch), an 8-bit
+    plan's kernels take their constants (fake-quant scales and bounds, an average pool's input grid) as
+    arguments, and layers of one shape share a program; within the limit each keeps its constants. LiteRT's
+    results either way, and the same values."""
+    from gpu_delegate.backends.opencl import OpenCLBackend
+
+    b = same_shape_layers()
+    content = b.build()
+    refs = litert_both(content, b.feeds)
+    results = {}
+    for limit, crowded in ((1000, False), (1, True)):
+        monkeypatch.setattr(OpenCLBackend, "loaded_kernels", limit)
+        it = gd.Interpreter(model_content=content, experimental_delegates=[gd.GpuDelegate(backend="cl")])
+        outs = results[crowded] = run(it, b.feeds)
+        programs = runner_of(it).programs
+        for name, layers in (("conv2d_1x1", 3), ("pool", 2)):
+            kernels = [p for p in programs if p.name == name]
+            assert len(kernels) == layers and all(p.spec.runtime_constants == crowded for p in kernels), name
+            assert len({p.source for p in kernels}) == (1 if crowded else layers), name
+        for out, got, ref in zip(b.outputs, outs, refs, strict=True):
+            assert_quantized_match(got, ref, f"{out}, loaded-kernel limit {limit}")
+    for plain, shared in zip(results[False], results[True], strict=True):
+        np.testing.assert_array_equal(shared, plain)
 
 
 def test_constants_are_prepared_once(backend, monkeypatch):

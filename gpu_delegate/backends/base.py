@@ -123,7 +123,7 @@ class Program:
     ``spec.args[i]``."""
 
     def __init__(self, backend: Backend, spec: KernelSpec, source: str, local_size: tuple[int, int, int],
-                 handle: Any, key: bytes, entry: str | None = None, values: tuple[int, ...] = ()) -> None:
+                 handle: Any, key: bytes, entry: str | None = None, values: tuple[int | float, ...] = ()) -> None:
         # weak: the backend holds its programs, and a cycle would keep a dropped backend's queue, programs
         # and buffers alive until the garbage collector happens to run
         self._backend = weakref.ref(backend)
@@ -136,8 +136,8 @@ class Program:
         # its binary's identity, and the kernel's function name inside it
         self.key = key
         self.entry = entry or spec.name
-        # the int arguments that follow the buffers at each launch (Backend.launch_values): a shape-generic
-        # kernel's sizes, where one driver program serves layers of several
+        # the scalar arguments that follow the buffers at each launch (Backend.launch_values): a generic kernel's
+        # sizes or post-op constants, where one driver program serves several layers
         self.values = values
 
     @property
@@ -326,7 +326,7 @@ class Backend(ABC):
         _instances.add(self)
         self._timings: list[tuple[str, Any]] = []
         # (source digest, kernel name, work-group size) -> program
-        self._programs: dict[tuple[bytes, str, tuple[int, int, int], tuple[int, ...]], Program] = {}
+        self._programs: dict[tuple[bytes, str, tuple[int, int, int], tuple[int | float, ...]], Program] = {}
         # source digest -> the driver's compiled kernel, the key of the driver program holding it, its entry
         # name there: another work-group size of the same source needs no build where the size is a launch
         # parameter (OpenCL)
@@ -444,9 +444,10 @@ class Backend(ABC):
                                                                               entry, values)
         return program
 
-    def launch_values(self, spec: KernelSpec) -> tuple[int, ...]:
-        """The int arguments a launch of ``spec`` passes after its buffers: none where the API's text holds every
-        size (the default); an API that takes a shape-generic kernel's sizes at run time returns them."""
+    def launch_values(self, spec: KernelSpec) -> tuple[int | float, ...]:
+        """The scalar arguments a launch of ``spec`` passes after its buffers: none where the API's text holds
+        every size and constant (the default); an API that takes a generic kernel's sizes (or its post-ops'
+        constants) at run time returns them."""
         return ()
 
     def _payload(self, binary: bytes, key: bytes, what: str) -> bytes:

@@ -124,6 +124,12 @@ class KernelSpec:
     runtime_channels: bool = False
     #: the kernel may be made generic in its channels (``runtime_channels``) where a plan is crowded
     generic_when_crowded: bool = False
+    #: the names among ``defines`` that are constants of the arithmetic, which no preprocessor test reads: the
+    #: post-ops' scales, bounds and offsets (render_postops), an op's own (KernelCall.constants)
+    constants: tuple[str, ...] = ()
+    #: an API that takes them as kernel arguments (OpenCL, ``runtime_values``) runs layers that differ in nothing
+    #: else (an 8-bit model's layers of one shape, each on its own grid) with the same compiled program
+    runtime_constants: bool = False
 
     def __post_init__(self) -> None:
         _check_name(self.name, "kernel name")
@@ -228,16 +234,20 @@ def runtime_channels(name: str, language: str = "dialect") -> str | None:
     return None
 
 
-def runtime_values(spec: KernelSpec) -> list[tuple[str, int]]:
-    """The int arguments an OpenCL kernel of ``spec`` takes after its buffers, by name, in order: where the spec
-    says so (``runtime_channels``), its grid and each tensor's channel count and slices; and the first slice of
-    each placed tensor (``t_FIRST``: kernels writing the parts of one concatenation share their program)."""
-    values: list[tuple[str, int]] = []
+def runtime_values(spec: KernelSpec) -> list[tuple[str, int | float]]:
+    """The scalar arguments an OpenCL kernel of ``spec`` takes after its buffers, by name, in order: where the
+    spec says so (``runtime_channels``), its grid and each tensor's channel count and slices (ints); the first
+    slice of each placed tensor (``t_FIRST``: kernels writing the parts of one concatenation share their
+    program); and where the spec says so (``runtime_constants``), its constants (``constants``: floats, a
+    lookup's offset an int)."""
+    values: list[tuple[str, int | float]] = []
     if spec.runtime_channels:
         values += list(zip(("GRID_X", "GRID_Y", "GRID_Z"), spec.grid))
         values += [v for a in spec.args if a.shape is not None
                    for v in ((f"{a.name}_C", a.shape[3]), (f"{a.name}_S", a.slices))]
     values += [(f"{a.name}_FIRST", a.placed[0]) for a in spec.args if a.placed is not None]
+    if spec.runtime_constants:
+        values += [(name, spec.defines[name]) for name in spec.constants]  # type: ignore[misc]
     return values
 
 
@@ -454,8 +464,10 @@ def _finishers(spec: KernelSpec) -> str:
 def opencl_source(spec: KernelSpec, entry: str | None = None, prelude: bool = True) -> str:
     """The complete OpenCL C 1.2 program for ``spec``: one ``__kernel`` named ``entry`` (default
     ``spec.name``); without ``prelude``, the part after the prelude (a section of ``opencl_bundle``)."""
-    at_run_time = [name for name, _ in runtime_values(spec)]
-    params = [_cl_param(spec, a) for a in spec.args] + [f"const int {name}" for name in at_run_time]
+    scalars = runtime_values(spec)
+    at_run_time = [name for name, _ in scalars]
+    params = [_cl_param(spec, a) for a in spec.args] + [
+        f"const {'float' if isinstance(value, float) else 'int'} {name}" for name, value in scalars]
     names = [f"{a.name}_buf" for a in spec.args] + at_run_time
     parts = [kernel_text("opencl/prelude.inc.cl") if prelude else "", _geometry(spec, frozenset(at_run_time))]
     parts += [_cl_accessors(spec, a) for a in spec.args]
@@ -662,26 +674,36 @@ def _wide_expr(expr: str) -> str | None:
     return _TOKEN.sub(lambda m: _WIDE_NAMES[m.group("name")] if m.group("name") else m.group(0), expr)
 
 
-def _inverse(scale: float) -> str:
-    """1 / scale rounded once to float32, as a literal (a fake-quant step's or lookup's multiplier, PostOp.exact)."""
-    return literal(float(np.float32(1) / np.float32(scale)))
+def _postop_constants(k: int, p: PostOp) -> dict[str, float | int]:
+    """The constants of post-op ``k`` by the names its step reads them under (defines, or kernel arguments:
+    KernelSpec.runtime_constants): a fake-quant step's or lookup's scale (or its reciprocal, PostOp.exact) and
+    bounds, a lookup's offset into its table."""
+    if p.kind not in ("fake_quant", "lut"):
+        return {}
+    constants: dict[str, float | int] = {f"PQ{k}_LO": float(p.qmin), f"PQ{k}_HI": float(p.qmax)}
+    constants[f"PQ{k}_SCALE"] = float(np.float32(p.scale))
+    if not p.exact:
+        constants[f"PQ{k}_INVERSE"] = float(np.float32(1) / np.float32(p.scale))
+    if p.kind == "lut":
+        constants[f"PQ{k}_OFFSET"] = int(p.offset)
+    return constants
 
 
 def _postop_step(k: int, p: PostOp, vec: str, expr: str, operand: str) -> str:
-    """One post-op as a statement updating ``v`` of type ``vec``; ``operand`` reads post-op ``k``'s operand."""
+    """One post-op as a statement updating ``v`` of type ``vec``; ``operand`` reads post-op ``k``'s operand and
+    ``PQ<k>_*`` its constants (_postop_constants)."""
     if p.kind == "fake_quant":
         name = ("fake_quant" if vec == "FLT4" else "fake_quant16") + ("" if p.exact else "_rcp")
-        inverse = "" if p.exact else f"{_inverse(p.scale)}, "
-        return f"v = {name}(v, {inverse}{literal(p.scale)}, {literal(p.qmin)}, {literal(p.qmax)});"
+        inverse = "" if p.exact else f"PQ{k}_INVERSE, "
+        return f"v = {name}(v, {inverse}PQ{k}_SCALE, PQ{k}_LO, PQ{k}_HI);"
     if p.kind == "keep":
         return f"{vec} kept{p.slot} = v;"
     if p.kind == "lut":  # the codes are exact integers in float: the conversion to int truncates nothing
         wide = vec == "float16"
         lanes = [f"s{j:x}" for j in range(16)] if wide else list("xyzw")
         splat = "SPLAT16" if wide else "SPLAT"
-        quotient = f"v / {splat}({literal(p.scale)})" if p.exact else f"v * {splat}({_inverse(p.scale)})"
-        code = (f"{'convert_int16' if wide else 'TO_INT4'}(QROUND({quotient}, {literal(p.qmin)}, {literal(p.qmax)}))"
-                f" + {p.offset}")
+        quotient = f"v / {splat}(PQ{k}_SCALE)" if p.exact else f"v * {splat}(PQ{k}_INVERSE)"
+        code = (f"{'convert_int16' if wide else 'TO_INT4'}(QROUND({quotient}, PQ{k}_LO, PQ{k}_HI)) + PQ{k}_OFFSET")
         return (f"{{ {'int16' if wide else 'INT4'} c = {code}; v = {'(float16)(' if wide else 'MAKE_FLT4('}"
                 + ", ".join(f"p{k}_read1(c.{lane})" for lane in lanes) + "); }")
     if p.operand is None:
@@ -702,11 +724,13 @@ def _zero_extended_read(k: int) -> str:
             "\n}")
 
 
-def render_postops(postops: list[PostOp], dst_channels: int, language: str | None = None) -> tuple[str, bool]:
+def render_postops(postops: list[PostOp], dst_channels: int, language: str | None = None
+                   ) -> tuple[str, bool, dict[str, float | int]]:
     """``FLT4 postop(FLT4 v, int i)``: the post-ops applied to a result at linear PHWC4 index i of the output
     ``dst`` (their operands are arguments p0, p1, ... in order); for OpenCL, when every step allows, also
     ``float16 postop16(float16 v, int4 i)`` for 4 results at once (the wide kernels' stores). Returns the
-    text and whether the wide form is there."""
+    text, whether the wide form is there, and the constants it reads by name (the kernel's defines, which
+    KernelSpec.constants lists)."""
     fake = any(p.kind == "fake_quant" for p in postops)
     lines = [kernel_text("dialect/fake_quant.inc.dialect")] if fake else []
     lines += [_zero_extended_read(k) for k, p in enumerate(postops) if p.operand == "zero_extended"]
@@ -737,4 +761,5 @@ def render_postops(postops: list[PostOp], dst_channels: int, language: str | Non
                 operand = "(float16)(" + ", ".join(f"p{k}_zero_extended(i.{lane} BUFS)" for lane in "xyzw") + ")"
             lines.append("  " + _postop_step(k, p, "float16", e or "", operand))
         lines += ["  return v;", "}"]
-    return "\n".join(lines) + "\n", has_wide
+    constants = {name: value for k, p in enumerate(postops) for name, value in _postop_constants(k, p).items()}
+    return "\n".join(lines) + "\n", has_wide, constants

@@ -61,9 +61,10 @@ _COMPLETE = cl.command_execution_status.COMPLETE
 SPIN_WAIT_S = 300e-6
 
 
-def _ints(values: tuple[int, ...]) -> list[np.int32]:
-    """A launch's int arguments as OpenCL ints (pyopencl sets a scalar argument from a sized numpy value)."""
-    return [np.int32(v) for v in values]
+def _scalars(values: tuple[int | float, ...]) -> list[np.int32 | np.float32]:
+    """A launch's scalar arguments as OpenCL ints and floats (pyopencl sets a scalar argument from a sized numpy
+    value)."""
+    return [np.float32(v) if isinstance(v, float) else np.int32(v) for v in values]
 
 
 def open_device() -> tuple[cl.Context, cl.Device]:
@@ -179,9 +180,10 @@ class OpenCLBackend(Backend):
     def source(self, spec: KernelSpec, local_size: tuple[int, int, int]) -> str:
         return codegen.opencl_source(spec)
 
-    def launch_values(self, spec: KernelSpec) -> tuple[int, ...]:
+    def launch_values(self, spec: KernelSpec) -> tuple[int | float, ...]:
         # a shape-generic kernel's grid and sizes are int arguments (codegen.runtime_values): layers of other
-        # sizes share its program, and PoCL compiles it once per work-group size instead of once per layer
+        # sizes share its program, and PoCL compiles it once per work-group size instead of once per layer (so
+        # do the post-ops' constants of a crowded plan's kernels, floats)
         return tuple(v for _, v in codegen.runtime_values(spec))
 
     def _build(self, spec: KernelSpec, source: str, binary: bytes | None) -> Any:
@@ -249,12 +251,12 @@ class OpenCLBackend(Backend):
 
     def _launch(self, program: Program, handles: list[Any]) -> Any:
         return program.handle[1](self.queue, self._global_size(program), program.local_size, *handles,
-                                 *_ints(program.values))
+                                 *_scalars(program.values))
 
     def _bind(self, program: Program, handles: list[Any]) -> Any:
         # a kernel object of its own per call, its arguments set once: an enqueue is then one driver call
         kernel = cl.Kernel(program.handle[0], program.entry)
-        kernel.set_args(*handles, *_ints(program.values))
+        kernel.set_args(*handles, *_scalars(program.values))
         return program.name, kernel, self._global_size(program), program.local_size
 
     def _launch_bound(self, call: Any) -> Any:

@@ -205,10 +205,11 @@ class LowerContext:
     def kernel(self, name: str, inputs: dict[str, int], outputs: dict[str, int], consts: dict[str, str] | None = None,
                defines: dict[str, int | float | str] | None = None, grid: tuple[int, ...] = (1, 1, 1),
                local_size: tuple[int, int, int] | None = None, helpers: str = "",
-               variants: dict[str, str] | None = None) -> KernelCall:
+               variants: dict[str, str] | None = None, constants: tuple[str, ...] = ()) -> KernelCall:
         """Emit a call of kernels/dialect/<name>.dialect (or of a variant of an API's own language where
         ``variants`` names one, e.g. {"opencl": name}). The post-ops fused into the node's output go with the
-        "dst" argument that writes it."""
+        "dst" argument that writes it. ``constants``: the defines that are constants of the arithmetic
+        (KernelCall.constants)."""
         node = self.node
         view = self.view
         postops: list[PostOp] = []
@@ -231,7 +232,7 @@ class LowerContext:
         grid3 = tuple(int(g) for g in grid) + (1,) * (3 - len(grid))
         call = KernelCall(name, node.index if node is not None else -1, dict(inputs), outs, dict(consts or {}),
                           dict(defines or {}), (grid3[0], grid3[1], grid3[2]), runs[0], local_size, helpers,
-                          dict(variants or {}))
+                          dict(variants or {}), constants=constants)
         self.kernels.append(call)
         src = outs.get("dst")
         for k, run in enumerate(runs[1:], 2):

@@ -100,6 +100,10 @@ class KernelCall:
     # graph nodes whose work this call took over besides its own and its post-ops' (a MUL by a per-channel gate
     # read as the convolution's input scale: lowering/fuse_channel_scale.py)
     fused_nodes: tuple[int, ...] = ()
+    # defines that are constants of the arithmetic, which no preprocessor test reads (an 8-bit average pool's
+    # input grid): an API may take them at run time, so that layers differing in them alone share a program
+    # (KernelSpec.constants)
+    constants: tuple[str, ...] = ()
 
     @property
     def nodes(self) -> tuple[int, ...]:

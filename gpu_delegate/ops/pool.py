@@ -135,4 +135,5 @@ def lower_pool(node: Node, ctx: LowerContext) -> None:
     if not is_max and x.quant is not None and x.dtype.kind in "iu":
         scale, zp = x.quant.scalar()
         defines.update({"QUANT": 1, "IN_SCALE": scale, "IN_ZP": float(zp)})
-    ctx.kernel("pool", {"src": src}, {"dst": dst}, defines=defines, grid=ctx.grid(dst))
+    ctx.kernel("pool", {"src": src}, {"dst": dst}, defines=defines, grid=ctx.grid(dst),
+               constants=("IN_SCALE", "IN_ZP") if defines["QUANT"] else ())
