@@ -17,7 +17,8 @@ name with fp32, else fp16), on the same backend: "int8 / float".
 
 With --baseline PACKAGE (another copy of the package importable under that name, say the fork point's
 gpu_delegate renamed gpu_delegate_old on PYTHONPATH), each backend also runs on that package, "cl (old)", in the
-same rounds: a change measured A/B in one process.
+same rounds: a change measured A/B in one process. Each interpreter's turn starts with an untimed invoke (PoCL's
+loaded kernels are shared by the process's plans).
 
     python bench/speed.py [--models DIR] [--rounds 7] [--runs 5] [--backends cl,cl-tuned,gl] [--only v1_224_fp32,...]
                           [--baseline gpu_delegate_old] [--output_json F]
@@ -92,6 +93,10 @@ def bench_model(path: Path, backends: list[str], rounds: int, runs: int, baselin
         for name in names[r % len(names):] + names[:r % len(names)]:
             it = its[name]
             runner = runner_of(it)
+            # untimed: on PoCL all plans of the process share its 128 loaded kernels (a baseline's plan and ours
+            # evict each other), and a turn's first invoke reloads what the other plan evicted: EfficientNetV2B0
+            # int8 timed 9.8 ms that way against 7.1-7.6 alone in a process
+            it.invoke()
             for _ in range(runs):
                 t0 = time.perf_counter()
                 it.invoke()
