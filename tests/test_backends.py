@@ -512,6 +512,9 @@ def test_bad_specs_are_refused():
     with pytest.raises(ValueError, match=r"kernel k: local_size \(4, 4\) must be 3 positive sizes"):
         KernelSpec("k", "", [], (8, 8, 1), local_size=[4, 4])
     assert KernelSpec("k", "", [], [np.int64(8), 8, 1], local_size=[4, 4, 1]).local_size == (4, 4, 1)
+    for defines in ({}, {"SCALE": "0.5f"}):  # a constant a kernel may take at run time is a number it defines
+        with pytest.raises(ValueError, match="kernel k: constant 'SCALE' is not a number among its defines"):
+            KernelSpec("k", "", [], (1, 1, 1), defines=defines, constants=("SCALE",))
 
 
 def test_wrong_buffers_are_refused(backend):

@@ -148,6 +148,15 @@ class KernelSpec:
             _check_name(k, f"kernel {self.name}: define")
             if k in taken:
                 raise ValueError(f"kernel {self.name}: define {k!r} clashes with a generated name")
+        for k in self.constants:
+            if isinstance(self.defines.get(k), (str, type(None))):
+                raise ValueError(f"kernel {self.name}: constant {k!r} is not a number among its defines")
+
+    def number(self, name: str) -> int | float:
+        """Define ``name``, one of ``constants`` (numbers, as __post_init__ checked)."""
+        value = self.defines[name]
+        assert not isinstance(value, str)
+        return value
 
     def arg_precision(self, arg: Arg) -> str:
         return arg.precision or self.precision
@@ -247,7 +256,7 @@ def runtime_values(spec: KernelSpec) -> list[tuple[str, int | float]]:
                    for v in ((f"{a.name}_C", a.shape[3]), (f"{a.name}_S", a.slices))]
     values += [(f"{a.name}_FIRST", a.placed[0]) for a in spec.args if a.placed is not None]
     if spec.runtime_constants:
-        values += [(name, spec.defines[name]) for name in spec.constants]  # type: ignore[misc]
+        values += [(name, spec.number(name)) for name in spec.constants]
     return values
 
 
@@ -622,12 +631,13 @@ def _gl_invocation(spec: KernelSpec, local_size: tuple[int, int, int]) -> str:
                 "  int GID_Y = int(gl_GlobalInvocationID.y);\n"
                 "  int GID_Z = int(gl_GlobalInvocationID.z);\n"
                 "  if (GID_X >= GRID_X || GID_Y >= GRID_Y || GID_Z >= GRID_Z) return;\n")
-    last = "GRID_X * GRID_Y * GRID_Z" if flat == 3 else "GRID_X * GRID_Y"
+    if flat == 3:
+        last, y, z = "GRID_X * GRID_Y * GRID_Z", "(GID_FLAT / GRID_X) % GRID_Y", "GID_FLAT / (GRID_X * GRID_Y)"
+    else:
+        last, y, z = "GRID_X * GRID_Y", "GID_FLAT / GRID_X", "int(gl_GlobalInvocationID.z)"
     return ("  int GID_FLAT = int(gl_GlobalInvocationID.x);\n"
             f"  if (GID_FLAT >= {last}) return;\n"
-            "  int GID_X = GID_FLAT % GRID_X;\n"
-            + ("  int GID_Y = (GID_FLAT / GRID_X) % GRID_Y;\n  int GID_Z = GID_FLAT / (GRID_X * GRID_Y);\n" if flat == 3
-               else "  int GID_Y = GID_FLAT / GRID_X;\n  int GID_Z = int(gl_GlobalInvocationID.z);\n"))
+            f"  int GID_X = GID_FLAT % GRID_X;\n  int GID_Y = {y};\n  int GID_Z = {z};\n")
 
 
 def glsl_source(spec: KernelSpec, local_size: tuple[int, int, int], textures: frozenset[int] = frozenset()) -> str:
