@@ -948,10 +948,11 @@ def lower_batch_matmul(node: Node, ctx: LowerContext) -> None:
     softmax = ctx.softmax_after(node)
     if softmax is not None:
         defines.update({"SCALE": softmax[0], "BETA": softmax[1]})
-        ctx.kernel("batch_matmul_softmax", inputs, {"dst": out}, consts, defines, (-(-m // BMM_ROWS), oh, ob))
+        ctx.kernel("batch_matmul_softmax", inputs, {"dst": out}, consts, defines, (-(-m // BMM_ROWS), oh, ob),
+                   variants={"opencl": "batch_matmul_softmax"})
         return
     ctx.kernel("batch_matmul", inputs, {"dst": out}, consts, defines,
-               (-(-m // BMM_ROWS), oh, ob * slices(n)))
+               (-(-m // BMM_ROWS), oh, ob * slices(n)), variants={"opencl": "batch_matmul"})
 
 
 MAX_GPU_GROUPS = 8  # up to this many groups a filter runs as a dense one (groups times the work, faster kernels)
