@@ -100,11 +100,18 @@ class LowerContext:
         """One work item per vec4 of tensor ``t``."""
         return grid(self.bhwc(t))
 
+    @property
+    def wide_rows(self) -> bool:
+        """Whether the kernels that have an OpenCL version working on 4 pixels of a row at a time (kernels/opencl:
+        copy.cl, softmax.cl) run it: on a CPU's OpenCL, bound by instructions, and not vectorizing a work group
+        across its work items, where a GPU wants a work item per pixel or vec4."""
+        return self.api == "OpenCL" and self.device_type == "cpu"
+
     def copy_layout(self, t: int) -> tuple[tuple[int, int, int], dict[str, str]]:
         """The grid and variants of a copy kernel writing ``t``: dialect/copy.dialect, a work item per vec4, or on
         a CPU's OpenCL kernels/opencl/copy.cl, a work item per 4 pixels of a row (wide loads, stores and post-ops,
         where a CPU is bound by instructions; a GPU wants a work item per vec4)."""
-        if self.api == "OpenCL" and self.device_type == "cpu":
+        if self.wide_rows:
             b, h, w, c = self.bhwc(t)
             return (-(-w // 4), h, b * -(-c // 4)), {"opencl": "copy"}
         return self.grid(t), {}

@@ -4,17 +4,10 @@
 // exp and one division of 16 values at a time. A ViT block's 4 heads of 64 x 64 x 16 on PoCL: 45 -> 21 us.
 
 // @include opencl/batch_matmul.inc.cl
+// @include opencl/lanes16.inc.cl
 
-// a row's max or sum: each quarter of a float16 reduced, spread back over its quarter
-#define ROWS_MAX(v) (float16)((float4)(max(max((v).s0, (v).s1), max((v).s2, (v).s3))), \
-  (float4)(max(max((v).s4, (v).s5), max((v).s6, (v).s7))), (float4)(max(max((v).s8, (v).s9), max((v).sa, (v).sb))), \
-  (float4)(max(max((v).sc, (v).sd), max((v).se, (v).sf))))
-#define ROWS_SUM(v) (float16)((float4)(((v).s0 + (v).s1) + ((v).s2 + (v).s3)), \
-  (float4)(((v).s4 + (v).s5) + ((v).s6 + (v).s7)), (float4)(((v).s8 + (v).s9) + ((v).sa + (v).sb)), \
-  (float4)(((v).sc + (v).sd) + ((v).se + (v).sf)))
-// a column past N (lanes of the last slice): 1 in its lanes (N % 4 != 0 only)
-#define PAST_N(sl) ((float16)(0.0f, 1.0f, 2.0f, 3.0f, 0.0f, 1.0f, 2.0f, 3.0f, 0.0f, 1.0f, 2.0f, 3.0f, 0.0f, 1.0f, \
-  2.0f, 3.0f) >= (float16)(TO_FLT(N - 4 * (sl))))
+// the lanes of columns past N in slice sl (the last: N % 4 != 0 only)
+#define PAST_N(sl) (LANES16 >= (float16)(TO_FLT(N - 4 * (sl))))
 // the 4 rows of slice i0 (a row's index past M reads the last row: its values are never written)
 #define ROWS_READ(i0) (float16)(dst_read((i0) + m0 * D_SM), dst_read((i0) + r1), dst_read((i0) + r2), \
   dst_read((i0) + r3))
@@ -50,7 +43,7 @@ for (int sl = 0; sl < NS; sl++) {
 #endif
   mx = max(mx, s);
 }
-mx = ROWS_MAX(mx);
+mx = QUARTERS_MAX(mx);
 // the exps of the real columns summed (selected, not multiplied by 0: a padding column's exp may be inf)
 float16 sum = (float16)(0.0f);
 for (int sl = 0; sl < NS; sl++) {
@@ -63,7 +56,7 @@ for (int sl = 0; sl < NS; sl++) {
 #endif
   sum += e;
 }
-sum = ROWS_SUM(sum);
+sum = QUARTERS_SUM(sum);
 for (int sl = 0; sl < NS; sl++) {
   float16 d = ROWS_READ(dbase + sl * D_SN) / sum;
   ROWS_WRITE(dbase + sl * D_SN, d)
