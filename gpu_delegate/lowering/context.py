@@ -102,9 +102,9 @@ class LowerContext:
 
     @property
     def wide_rows(self) -> bool:
-        """Whether the kernels that have an OpenCL version working on 4 pixels of a row at a time (kernels/opencl:
-        copy.cl, softmax.cl) run it: on a CPU's OpenCL, bound by instructions, and not vectorizing a work group
-        across its work items, where a GPU wants a work item per pixel or vec4."""
+        """Whether the kernels that have an OpenCL version taking 4 pixels of a row per work item (kernels/opencl:
+        copy.cl, softmax.cl, layer_norm.cl) run it: on a CPU's OpenCL, bound by instructions and not vectorizing a
+        work group across its work items, where a GPU wants a work item per pixel or vec4."""
         return self.api == "OpenCL" and self.device_type == "cpu"
 
     def copy_layout(self, t: int) -> tuple[tuple[int, int, int], dict[str, str]]:
