@@ -203,10 +203,10 @@ def _lower_concat(ctx: LowerContext, node: Node, parts: list[tuple[int, BHWC]], 
             vs = slices(vc)
             vecs[n] = f"{arg}_read(index4((b), (y), (x), (s), {vh}, {vw}, {vs}))"
             if same_layout(view, real):
-                lanes[n] = f"LANE({arg}_read(index4((b), (y), (x), (c) / 4, {vh}, {vw}, {vs})), (c) % 4)"
+                lanes[n] = f"{arg}_read1(4 * index4((b), (y), (x), (c) / 4, {vh}, {vw}, {vs}) + (c) % 4)"
             else:  # e.g. PACK along the last axis: find the element by its row-major position
                 lin = f"((((b) * {vh} + (y)) * {vw} + (x)) * {vc} + (c))"
-                lanes[n] = (f"LANE({arg}_read(linear_index4({lin}, {real[1]}, {real[2]}, {real[3]})), "
+                lanes[n] = (f"{arg}_read1(4 * linear_index4({lin}, {real[1]}, {real[2]}, {real[3]}) + "
                             f"linear_lane({lin}, {real[3]}))")
         last = first == passes[-1]
         out = "dst" if last else "acc"  # post-ops go with the last pass, which writes every element
