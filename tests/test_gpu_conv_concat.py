@@ -1,6 +1,7 @@
 """Issue 16: CONV_2D with filters (and biases) computed at run time, grouped CONV_2D of more than 8 groups, and
 CONCATENATION of more than 8 inputs, on cl and gl in fp32 and fp16 storage, against LiteRT: odd channel counts,
-batch 2, strides, dilation, padding and fused activations."""
+batch 2, strides, dilation, padding and fused activations. Issue 21: concatenations of parts read a vec4 at a time
+(on a CPU's OpenCL, 4 pixels of a row per work item: rows of a width off a multiple of 4)."""
 
 from __future__ import annotations
 
@@ -70,24 +71,35 @@ def test_conv(backend, fp16, case):
     expect(content, inputs, backend, fp16)
 
 
-@pytest.mark.parametrize("fp16", [False, True])
-@pytest.mark.parametrize("count,axis", [(10, 3), (17, 3), (12, 1), (9, 0)])
-def test_concatenation_of_many_inputs(backend, fp16, count, axis):
+def expect_concatenation(base: list[int], axis: int, sizes: list[int], const_part: int, backend: str,
+                         fp16: bool) -> None:
+    """CONCATENATION along ``axis`` of parts of shape ``base`` but for their ``sizes`` along it, part ``const_part``
+    a constant, then a RELU (a post-op of the last pass: every element goes through it once)."""
     mb = ModelBuilder()
-    base = [2, 3, 4, 5]
-    shapes = []
-    for k in range(count):
-        shape = list(base)
-        shape[axis] = 1 + k % 3
-        shapes.append(tuple(shape))
-    ids = [mb.input(f"x{k}", s) if k != 4 else mb.const("c4", rng.standard_normal(s).astype(np.float32))
+    shapes = [tuple(size if d == axis else n for d, n in enumerate(base)) for size in sizes]
+    ids = [mb.input(f"x{k}", s) if k != const_part else mb.const("c", rng.standard_normal(s).astype(np.float32))
            for k, s in enumerate(shapes)]
     out = list(base)
-    out[axis] = sum(s[axis] for s in shapes)
+    out[axis] = sum(sizes)
     joined = mb.tensor("joined", out)
     mb.op("CONCATENATION", ids, [joined], axis=axis)
     y = mb.tensor("y", out)
-    mb.op("RELU", [joined], [y])  # a post-op of the last pass: every element goes through it once
+    mb.op("RELU", [joined], [y])
     mb.output(y)
-    inputs = [rng.standard_normal(s).astype(np.float32) for k, s in enumerate(shapes) if k != 4]
+    inputs = [rng.standard_normal(s).astype(np.float32) for k, s in enumerate(shapes) if k != const_part]
     expect(mb.build(), inputs, backend, fp16)
+
+
+@pytest.mark.parametrize("fp16", [False, True])
+@pytest.mark.parametrize("count,axis", [(10, 3), (17, 3), (12, 1), (9, 0)])
+def test_concatenation_of_many_inputs(backend, fp16, count, axis):
+    expect_concatenation([2, 3, 4, 5], axis, [1 + k % 3 for k in range(count)], 4, backend, fp16)
+
+
+@pytest.mark.parametrize("fp16", [False, True])
+@pytest.mark.parametrize("count, axis, width", [(10, 3, 5), (3, 3, 7), (9, 1, 6), (3, 0, 3)])
+def test_concatenation_of_whole_slices(backend, fp16, count, axis, width):
+    """Parts of whole slices (channels in multiples of 4) or joined along the batch or the height, rows of 3 to 7
+    pixels, more parts than a pass takes (10, 9), a constant part."""
+    sizes = [(4 if axis == 3 else 1) * (1 + k % 3) for k in range(count)]
+    expect_concatenation([2, 3, width, 8], axis, sizes, 1, backend, fp16)

@@ -103,8 +103,8 @@ class LowerContext:
     @property
     def wide_rows(self) -> bool:
         """Whether the kernels that have an OpenCL version taking 4 pixels of a row per work item (kernels/opencl:
-        copy.cl, softmax.cl, layer_norm.cl) run it: on a CPU's OpenCL, bound by instructions and not vectorizing a
-        work group across its work items, where a GPU wants a work item per pixel or vec4."""
+        copy.cl, concat.cl, softmax.cl, layer_norm.cl) run it: on a CPU's OpenCL, bound by instructions and not
+        vectorizing a work group across its work items, where a GPU wants a work item per pixel or vec4."""
         return self.api == "OpenCL" and self.device_type == "cpu"
 
     def copy_layout(self, t: int) -> tuple[tuple[int, int, int], dict[str, str]]:
@@ -112,9 +112,13 @@ class LowerContext:
         a CPU's OpenCL kernels/opencl/copy.cl, a work item per 4 pixels of a row (wide loads, stores and post-ops,
         where a CPU is bound by instructions; a GPU wants a work item per vec4)."""
         if self.wide_rows:
-            b, h, w, c = self.bhwc(t)
-            return (-(-w // 4), h, b * -(-c // 4)), {"opencl": "copy"}
+            return self.quads_grid(t), {"opencl": "copy"}
         return self.grid(t), {}
+
+    def quads_grid(self, t: int) -> tuple[int, int, int]:
+        """A work item per 4 pixels of a row of one slice of tensor ``t``: (ceil(W / 4), H, B * S)."""
+        b, h, w, c = self.bhwc(t)
+        return -(-w // 4), h, b * -(-c // 4)
 
     def const_data(self, t: int) -> np.ndarray | None:
         """The float32 value of a constant tensor (dequantized once), or None if ``t`` is not constant."""

@@ -182,6 +182,8 @@ def _lower_concat(ctx: LowerContext, node: Node, parts: list[tuple[int, BHWC]], 
     starts = list(np.cumsum([0] + [view[axis] for _, view in parts[:-1]]))
     vec4 = all(same_layout(view, ctx.bhwc(t)) for t, view in parts) and \
         (axis != 3 or all(p % 4 == 0 for p in starts))
+    # OpenCL on a CPU: 4 pixels of a row per work item (opencl/concat.cl), where those lie in one part's vec4s
+    wide = ctx.wide_rows and vec4 and axis != 2
     if activation:
         ctx.fuse_activation(node)
     passes = range(0, len(parts), MAX_CONCAT_PARTS)
@@ -189,6 +191,7 @@ def _lower_concat(ctx: LowerContext, node: Node, parts: list[tuple[int, BHWC]], 
         inputs: dict[str, int] = {}
         consts: dict[str, str] = {}
         vecs: dict[int, str] = {}
+        vec16s: dict[int, str] = {}
         lanes: dict[int, str] = {}
         for n in range(first, min(first + MAX_CONCAT_PARTS, len(parts))):
             t, view = parts[n]
@@ -202,6 +205,7 @@ def _lower_concat(ctx: LowerContext, node: Node, parts: list[tuple[int, BHWC]], 
             _, vh, vw, vc = view
             vs = slices(vc)
             vecs[n] = f"{arg}_read(index4((b), (y), (x), (s), {vh}, {vw}, {vs}))"
+            vec16s[n] = f"{arg}_read16(index4((b), (y), (x), (s), {vh}, {vw}, {vs}))"
             if same_layout(view, real):
                 lanes[n] = f"{arg}_read1(4 * index4((b), (y), (x), (c) / 4, {vh}, {vw}, {vs}) + (c) % 4)"
             else:  # e.g. PACK along the last axis: find the element by its row-major position
@@ -217,6 +221,13 @@ def _lower_concat(ctx: LowerContext, node: Node, parts: list[tuple[int, BHWC]], 
                    f"#define OUT_IDX(b, y, x, s) {out}_idx(b, y, x, s)\n#define OUT_S {out}_S\n#define OUT_C {out}_C\n")
         defines: Defines = {"PARTS": len(parts), "AXIS": axis, "VEC4": vec4, "FIRST": first,
                             "COUNT": len(vecs), "LAST_PASS": last}
+        if wide:
+            helpers += (f"#define PART_VEC16(k, b, y, x, s) {_chain(vec16s)}\n#define OUT_W {out}_W\n"
+                        f"#define OUT_FINISH16(v, i) {out}_finish16(v, i BUFS)\n"
+                        f"#define OUT_STORE(i, v) {out}_store(i, v)\n")
+            ctx.kernel("concat", inputs, {out: dst}, consts, defines, grid=ctx.quads_grid(dst), helpers=helpers,
+                       variants={"opencl": "concat"})
+            continue
         ctx.kernel("concat", inputs, {out: dst}, consts, defines, grid=ctx.grid(dst), helpers=helpers)
 
 
