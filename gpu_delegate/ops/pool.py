@@ -134,6 +134,7 @@ def lower_pool(node: Node, ctx: LowerContext) -> None:
     x = ctx.graph.tensors[node.inputs[0]]
     if not is_max and x.quant is not None and x.dtype.kind in "iu":
         scale, zp = x.quant.scalar()
-        defines.update({"QUANT": 1, "IN_SCALE": scale, "IN_ZP": float(zp)})
+        defines.update({"QUANT": 1, "IN_SCALE": scale, "IN_INV": float(np.float32(1) / np.float32(scale)),
+                        "IN_ZP": float(zp)})
     ctx.kernel("pool", {"src": src}, {"dst": dst}, defines=defines, grid=ctx.grid(dst),
-               constants=("IN_SCALE", "IN_ZP") if defines["QUANT"] else ())
+               constants=("IN_SCALE", "IN_INV", "IN_ZP") if defines["QUANT"] else ())
