@@ -248,3 +248,36 @@ def test_activation_after_the_join(backend, fp16, batch, channels):
     notes = placed_notes(it)
     assert len(notes) == 1 and "each applying the" in notes[0], plan_of(it).notes
     assert {k.kernel for k in plan_of(it).kernels} == {"conv2d", "conv2d_1x1"}
+
+
+@pytest.mark.parametrize("batch", [1, 2])
+def test_part_read_by_a_depthwise_convolution(backend, batch):
+    """A part written in place is also read by a 3x3 depthwise convolution with padding: on a CPU's OpenCL, its
+    edge work items load across a row's ends and zero the columns outside (opencl/depthwise_conv2d.cl), through
+    the placed tensor's buffer index, never across a batch (batch 2: each batch's slices lie apart)."""
+    rng = np.random.default_rng(8)
+    mb = ModelBuilder()
+    h, w = 6, 9
+    x = mb.input("x", (batch, h, w, 8))
+    parts = []
+    for name, cout in (("a", 8), ("b", 4)):
+        y = mb.tensor(name, (batch, h, w, cout))
+        mb.op("CONV_2D", [x, mb.const(f"{name}_w", rng.standard_normal((cout, 1, 1, 8)).astype(np.float32)),
+                          mb.const(f"{name}_b", rng.standard_normal(cout).astype(np.float32))], [y], **SAME1)
+        parts.append(y)
+    joined = mb.tensor("joined", (batch, h, w, 12))
+    mb.op("CONCATENATION", parts, [joined], axis=3)
+    head = mb.tensor("head", (batch, h, w, 3))
+    mb.op("CONV_2D", [joined, mb.const("h_w", rng.standard_normal((3, 1, 1, 12)).astype(np.float32)),
+                      mb.const("h_b", np.zeros(3, np.float32))], [head], **SAME1)
+    dw = mb.tensor("dw", (batch, h, w, 8))
+    mb.op("DEPTHWISE_CONV_2D", [parts[0], mb.const("d_w", rng.standard_normal((1, 3, 3, 8)).astype(np.float32)),
+                                mb.const("d_b", np.zeros(8, np.float32))], [dw], depth_multiplier=1, **SAME1)
+    mb.output(head, dw)
+    content = mb.build()
+    inputs = [rng.standard_normal((batch, h, w, 8)).astype(np.float32)]
+    ref = run_litert(content, inputs)
+    outs, it = gpu_run(content, inputs, backend)
+    for o, r in zip(outs, ref, strict=True):
+        assert_float_close(o, r, 2e-5, what=f"{backend} batch {batch}")
+    assert len(placed_notes(it)) == 1, plan_of(it).notes

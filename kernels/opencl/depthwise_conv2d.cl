@@ -1,13 +1,13 @@
-// OpenCL's version of dialect/depthwise_conv2d.dialect (same defines, weights and grid). A work item takes its BLOCK_X pixels 4 at
-// a time as one float16 (4 pixels x 4 channels), so a tap of 4 pixels is one wide multiply-add: at stride 1
-// its 4 input columns are adjacent and one float16 load; at stride 2 they are the even columns of two
-// loads. On PoCL a 56x56x144 3x3 layer ran at 12 GB/s with one float4 per pixel: each pixel's arithmetic,
-// not memory, was the bound. A work item with columns outside the row (a padded edge) loads the same, its
-// neighbours' pixels included, and zeroes those columns (EDGE): every one but where a load would leave the
-// tensor's first or last vec4 (the first row's left edge, the last row's right edge), which take the plain work
+// OpenCL's version of dialect/depthwise_conv2d.dialect (same defines, weights and grid). A work item takes its
+// BLOCK_X pixels 4 at a time as one float16 (4 pixels x 4 channels), so a tap of 4 pixels is one wide
+// multiply-add: at stride 1 its 4 input columns are adjacent and one float16 load; at stride 2 they are the even
+// columns of two loads. On PoCL a 56x56x144 3x3 layer ran at 12 GB/s with one float4 per pixel: each pixel's
+// arithmetic, not memory, was the bound. A work item with columns outside the row (a padded edge) loads the
+// same, its neighbours' pixels included, and zeroes those columns: every one but where a load would leave its
+// batch's first or last vec4 (the first row's left edge, the last row's right edge), which take the plain work
 // item (dialect/depthwise.inc.dialect), as depth multipliers and other strides do. Gathering an edge's columns
-// one by one into the wide path measured no faster than the plain work item; the masked loads made PoCL's
-// small layers faster (14x14x384 3x3: 48 -> 37 us, 10x10x240 5x5: 42 -> 33 us).
+// one by one into the wide path measured no faster than the plain work item; the masked loads made PoCL's small
+// layers faster (14x14x384 3x3: 50 -> 42 us, 10x10x240 5x5: 42 -> 37 us).
 
 // @runtime_channels
 // @include dialect/depthwise.inc.dialect
@@ -83,10 +83,12 @@ if (x0 >= 0 && x0 + LAST_COL < src_W) {
   dw_wide(b, s, GID_Y, ox0, false BUFS);
   return;
 }
-int iy0 = GID_Y * SH - PT;  // the first and last vec4 the loads would touch, rows outside skipped
+// the first and last vec4 the loads would touch (rows outside skipped) stay in this batch's run of slices,
+// where a placed tensor's vec4 are consecutive in its buffer (codegen._placed_index)
+int iy0 = GID_Y * SH - PT;
 int first = src_idx(b, max(iy0, 0), 0, s) + x0;
 int last = src_idx(b, min(iy0 + (KH - 1) * DH, src_H - 1), 0, s) + x0 + LAST_COL;
-if (first >= 0 && last < src_B * src_S * src_H * src_W) {
+if (first >= b * src_S * src_H * src_W && last < (b + 1) * src_S * src_H * src_W) {
   dw_wide(b, s, GID_Y, ox0, true BUFS);
   return;
 }
