@@ -5,7 +5,7 @@ Per model (by default MobileNet V1 and V2, fp32 and int8, from ../shared/models/
 inputs, in interleaved rounds (every interpreter in turn, round after round, so that load from other
 processes hits all alike), the median latency of:
   LiteRT            ai_edge_litert's Interpreter, num_threads=2 (XNNPACK)
-  cl, gl            gpu_delegate.Interpreter + GpuDelegate(backend=...)
+  cl, gl            gpu_delegate.Interpreter + GpuDelegate(backend=...); --fp16: with fp16 storage
   cl tuned          the same with inference_preference="sustained_speed" (work-group sizes tuned at start)
 Reported: ratio to LiteRT, achieved GFLOP/s (2 x the model's MACs per invoke), GL against CL, and the
 per-invoke overhead outside the kernels: the median over invokes of (invoke - the plan's kernels alone) / invoke,
@@ -21,7 +21,7 @@ same rounds: a change measured A/B in one process. Each interpreter's turn start
 loaded kernels are shared by the process's plans).
 
     python bench/speed.py [--models DIR] [--rounds 7] [--runs 5] [--backends cl,cl-tuned,gl] [--only v1_224_fp32,...]
-                          [--baseline gpu_delegate_old] [--output_json F]
+                          [--baseline gpu_delegate_old] [--fp16] [--output_json F]
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ INT8_FLAVOURS = ("_int8io", "_uint8io", "_int8")  # the longer suffix first
 FLOAT_TWINS = ("_fp32", "_fp16")
 
 
-def make_interpreters(path: Path, backends: list[str], baseline: str = "") -> dict:
+def make_interpreters(path: Path, backends: list[str], baseline: str = "", fp16: bool = False) -> dict:
     from ai_edge_litert.interpreter import Interpreter as LiteRT
 
     its = {"LiteRT": LiteRT(model_path=str(path), num_threads=2)}
@@ -50,7 +50,8 @@ def make_interpreters(path: Path, backends: list[str], baseline: str = "") -> di
         gd = importlib.import_module(package)
         for b in backends:
             api, _, tuned = b.partition("-")
-            d = gd.GpuDelegate(backend=api, inference_preference="sustained_speed" if tuned else "fast_single_answer")
+            d = gd.GpuDelegate(backend=api, inference_preference="sustained_speed" if tuned else "fast_single_answer",
+                               precision_loss_allowed=fp16)
             name = b.replace("-", " ") + (" (old)" if package != "gpu_delegate" else "")
             its[name] = gd.Interpreter(model_path=str(path), experimental_delegates=[d])
     return its
@@ -70,11 +71,12 @@ def kernels_alone(runner) -> float:
     return time.perf_counter() - t0
 
 
-def bench_model(path: Path, backends: list[str], rounds: int, runs: int, baseline: str = "") -> list[dict]:
+def bench_model(path: Path, backends: list[str], rounds: int, runs: int, baseline: str = "",
+                fp16: bool = False) -> list[dict]:
     import gpu_delegate as gd
     from gpu_delegate import tools
 
-    its = make_interpreters(path, backends, baseline)
+    its = make_interpreters(path, backends, baseline, fp16)
     graph = gd.Interpreter(model_path=str(path)).graph
     macs = gd.GpuDelegate(backend="cl").partition_weight(graph.nodes, graph)
     rng = np.random.default_rng(0)
@@ -163,6 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--backends", default="cl,cl-tuned,gl", help="cl, gl, and either with -tuned, comma-separated")
     p.add_argument("--only", default="", help="MobileNets without 'mobilenet_' (v1_224_fp32,...), else substrings")
     p.add_argument("--baseline", default="", help="another package to run alongside (interleaved), e.g. the old one")
+    p.add_argument("--fp16", action="store_true", help="fp16 storage on the GPU (precision_loss_allowed)")
     p.add_argument("--output_json", type=Path)
     args = p.parse_args(argv)
     paths = model_paths(args.models, args.only)
@@ -173,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{args.rounds} interleaved rounds x {args.runs} invokes per model and interpreter; medians\n")
     rows = []
     for path in paths:
-        rows += bench_model(path, backends, args.rounds, args.runs, args.baseline)
+        rows += bench_model(path, backends, args.rounds, args.runs, args.baseline, args.fp16)
         print(f"{path.stem}: " + ", ".join(f"{r['backend']} {r['median_ms']:.2f} ms" for r in rows
                                            if r["model"] == path.stem), file=sys.stderr, flush=True)
     add_twin_ratios(rows)
