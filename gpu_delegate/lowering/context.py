@@ -101,17 +101,18 @@ class LowerContext:
         return grid(self.bhwc(t))
 
     @property
-    def wide_rows(self) -> bool:
-        """Whether the kernels that have an OpenCL version taking 4 pixels of a row per work item (kernels/opencl:
-        copy.cl, concat.cl, softmax.cl, layer_norm.cl) run it: on a CPU's OpenCL, bound by instructions and not
-        vectorizing a work group across its work items, where a GPU wants a work item per pixel or vec4."""
+    def cpu_opencl(self) -> bool:
+        """Whether this is OpenCL on a CPU device, which does not vectorize a work group across its work items: the
+        kernels written with a float16 per work item run there instead of the dialect's (kernels/opencl: copy.cl,
+        concat.cl, softmax.cl, layer_norm.cl take 4 pixels of a row; batch_matmul.cl, batch_matmul_softmax.cl 4
+        rows). A GPU keeps the dialect's work item per pixel or vec4."""
         return self.api == "OpenCL" and self.device_type == "cpu"
 
     def copy_layout(self, t: int) -> tuple[tuple[int, int, int], dict[str, str]]:
         """The grid and variants of a copy kernel writing ``t``: dialect/copy.dialect, a work item per vec4, or on
         a CPU's OpenCL kernels/opencl/copy.cl, a work item per 4 pixels of a row (wide loads, stores and post-ops,
         where a CPU is bound by instructions; a GPU wants a work item per vec4)."""
-        if self.wide_rows:
+        if self.cpu_opencl:
             return self.quads_grid(t), {"opencl": "copy"}
         return self.grid(t), {}
 

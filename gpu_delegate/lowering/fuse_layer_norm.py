@@ -67,7 +67,7 @@ class LayerNormOp:
         gamma = ctx.const(f"layer_norm_gamma:{node.index}", functools.partial(padded, ln.gamma))
         beta = ctx.const(f"layer_norm_beta:{node.index}", functools.partial(padded, ln.beta))
         ctx.fuse_activation(node)
-        grid, variants = ((-(-w // 4), h, b), {"opencl": "layer_norm"}) if ctx.wide_rows else ((w, h, b), None)
+        grid, variants = ((-(-w // 4), h, b), {"opencl": "layer_norm"}) if ctx.cpu_opencl else ((w, h, b), None)
         ctx.kernel("layer_norm", {"src": ln.source}, {"dst": node.outputs[0]}, {"gamma": gamma, "beta": beta},
                    {"EPS": ln.eps}, grid=grid, variants=variants)
 

@@ -949,10 +949,10 @@ def lower_batch_matmul(node: Node, ctx: LowerContext) -> None:
     if softmax is not None:
         defines.update({"SCALE": softmax[0], "BETA": softmax[1]})
         ctx.kernel("batch_matmul_softmax", inputs, {"dst": out}, consts, defines, (-(-m // BMM_ROWS), oh, ob),
-                   variants={"opencl": "batch_matmul_softmax"})
+                   variants={"opencl": "batch_matmul_softmax"} if ctx.cpu_opencl else None)
         return
-    ctx.kernel("batch_matmul", inputs, {"dst": out}, consts, defines,
-               (-(-m // BMM_ROWS), oh, ob * slices(n)), variants={"opencl": "batch_matmul"})
+    ctx.kernel("batch_matmul", inputs, {"dst": out}, consts, defines, (-(-m // BMM_ROWS), oh, ob * slices(n)),
+               variants={"opencl": "batch_matmul"} if ctx.cpu_opencl else None)
 
 
 MAX_GPU_GROUPS = 8  # up to this many groups a filter runs as a dense one (groups times the work, faster kernels)

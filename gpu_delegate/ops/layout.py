@@ -183,7 +183,7 @@ def _lower_concat(ctx: LowerContext, node: Node, parts: list[tuple[int, BHWC]], 
     vec4 = all(same_layout(view, ctx.bhwc(t)) for t, view in parts) and \
         (axis != 3 or all(p % 4 == 0 for p in starts))
     # OpenCL on a CPU: 4 pixels of a row per work item (opencl/concat.cl), where those lie in one part's vec4s
-    wide = ctx.wide_rows and vec4 and axis != 2
+    wide = ctx.cpu_opencl and vec4 and axis != 2
     if activation:
         ctx.fuse_activation(node)
     passes = range(0, len(parts), MAX_CONCAT_PARTS)

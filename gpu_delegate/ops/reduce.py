@@ -325,7 +325,7 @@ class _LastAxis(Op):
         src, dst = ctx.input(node, 0), ctx.output(node)
         b, h, w, _ = ctx.bhwc(src)
         defines: Defines = {"BETA": float(node.attrs.get("beta", 1.0)), "LOG_SOFTMAX": int(node.op == "LOG_SOFTMAX")}
-        if ctx.wide_rows:
+        if ctx.cpu_opencl:
             ctx.kernel("softmax", {"src": src}, {"dst": dst}, defines=defines, grid=(-(-w // 4), h, b),
                        variants={"opencl": "softmax"})
             return

@@ -1,6 +1,7 @@
-// Included by opencl/batch_matmul.cl and opencl/batch_matmul_softmax.cl: the dialect's products
-// (dialect/batch_matmul.inc.dialect: same defines, reads and padding rules) with a work item's 4 rows of
-// partial products as four float16, so a step over 4 k is 4 wide multiply-adds instead of 16 on float4.
+// Included by opencl/batch_matmul.cl and opencl/batch_matmul_softmax.cl (a CPU's OpenCL: LowerContext.cpu_opencl):
+// the dialect's products (dialect/batch_matmul.inc.dialect: same defines, reads and padding rules) with a work
+// item's 4 rows of partial products as four float16, so a step over 4 k is 4 wide multiply-adds instead of 16 on
+// float4.
 // PoCL does not vectorize these kernels across work items (a one-row-per-work-item scalar version ran 3x slower
 // than the float4 one), so the width has to be in the work item's own vectors.
 // A step multiplies row i's 4 k (BMM_READ_X) against a tile of Y as it is stored, with no transpose:

@@ -1,4 +1,4 @@
-// OpenCL's version of dialect/concat.dialect for a CPU device (ops/layout.py, LowerContext.wide_rows) where every
+// OpenCL's version of dialect/concat.dialect for a CPU device (ops/layout.py, LowerContext.cpu_opencl) where every
 // part is read a vec4 at a time (VEC4) and the parts are joined along the batch, the height or the channels, not
 // the width: a work item takes 4 consecutive pixels of a row of one slice, which lie in one part, as one float16
 // (PART_VEC16: one 64-byte load), and finishes and stores them at once (OUT_FINISH16, OUT_STORE); a row's last

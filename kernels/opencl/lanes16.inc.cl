@@ -7,4 +7,5 @@
   (float4)(((v).s4 + (v).s5) + ((v).s6 + (v).s7)), (float4)(((v).s8 + (v).s9) + ((v).sa + (v).sb)), \
   (float4)(((v).sc + (v).sd) + ((v).se + (v).sf)))
 // each lane's index within its vec4
-#define LANES16 ((float16)(0.0f, 1.0f, 2.0f, 3.0f, 0.0f, 1.0f, 2.0f, 3.0f, 0.0f, 1.0f, 2.0f, 3.0f, 0.0f, 1.0f, 2.0f, 3.0f))
+#define LANES16 ((float16)(0.0f, 1.0f, 2.0f, 3.0f, 0.0f, 1.0f, 2.0f, 3.0f, 0.0f, 1.0f, 2.0f, 3.0f, 0.0f, 1.0f, 2.0f, \
+  3.0f))

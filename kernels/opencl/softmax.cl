@@ -1,10 +1,10 @@
-// OpenCL's version of dialect/softmax.dialect for a CPU device (ops/reduce.py, LowerContext.wide_rows): a work
+// OpenCL's version of dialect/softmax.dialect for a CPU device (ops/reduce.py, LowerContext.cpu_opencl): a work
 // item takes 4 consecutive pixels of a row, each of their slices one float16 (a 64-byte load), so every pass
 // works on 16 values at a time; each pixel's max and sum are then its quarter of a float16 reduced. Three passes:
 // the max; the exps, stored raw and summed; each stored exp divided by its sum (finished and stored again). One
 // exp per value: taking it again in the last pass instead of storing it ran 1.25x slower. A row's last work item
-// of fewer than 4 pixels: opencl/wide_rows.inc.cl. Grid (ceil(W / 4), H, B). PoCL, 8 heads of 197 x 197 attention scores: 410 -> 213 us, bound by memory
-// (without any exp: 136 us); 16 pixels a work item ran no faster.
+// of fewer than 4 pixels: opencl/wide_rows.inc.cl. Grid (ceil(W / 4), H, B). PoCL, 8 heads of 197 x 197
+// attention scores: 410 -> 213 us, bound by memory (without any exp: 136 us); 16 pixels a work item ran no faster.
 
 // @include opencl/wide_rows.inc.cl
 // @body
