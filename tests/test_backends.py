@@ -208,12 +208,25 @@ y_write(i, MAKE_FLT4(x_read1(4 * i), x_read1(4 * i + 1), x_read1(4 * i + 2), x_r
 """
 
 
+READ_4_VEC4 = """
+int b = GID_Z / y_S;
+int s = GID_Z - b * y_S;
+int i = y_idx(b, GID_Y, 4 * GID_X, s);
+float16 v = x_read16(i);
+y_write(i, v.s0123);
+y_write(i + 1, v.s4567);
+y_write(i + 2, v.s89ab);
+y_write(i + 3, v.scdef);
+"""
+
+
 def test_fp16_storage_conversions_are_exact(backend):
-    """fp16 storage's conversions (OpenCL's vload_half* / vstore_half4_rte, the scalar load inlined by the prelude
-    on a CPU device; GL's unpackHalf2x16 / packHalf2x16): every one of the 65536 halves read as numpy's float32 of
-    it, through a tensor's vec4 reads (the conversion kernel) and one value at a time (t_read1, the 1x1
-    convolutions' inner loop), and float32 values at every edge of the rounding stored as numpy's float16 of them
-    (round to nearest even), bit for bit (NaNs as NaNs)."""
+    """fp16 storage's conversions (OpenCL's vload_half* / vstore_half4_rte, on a CPU device the prelude's own: x86's
+    F16C instructions, else an inlined scalar load; GL's unpackHalf2x16 / packHalf2x16): every one of the 65536
+    halves read as numpy's float32 of it, through a tensor's vec4 reads (the conversion kernel), one value at a time
+    (t_read1, the 1x1 convolutions' inner loop) and, on OpenCL, 4 vec4 at a time (t_read16), and float32 values at
+    every edge of the rounding stored as numpy's float16 of them (round to nearest even), bit for bit (NaNs as
+    NaNs)."""
     shape = (1, 32, 32, 64)
     every_half = np.arange(65536, dtype=np.uint16).view(np.float16).reshape(shape)
     t = backend.alloc(65536 // 4, "fp16")
@@ -223,13 +236,17 @@ def test_fp16_storage_conversions_are_exact(backend):
     got = backend.from_device(t, shape)  # more than HOST_REORDER_VEC4 vec4: the conversion kernel
     assert np.array_equal(np.isnan(got), nan)
     np.testing.assert_array_equal(got[~nan].view(np.uint32), want[~nan].view(np.uint32))
-    spec = KernelSpec("read_each_value", READ_EACH_VALUE, [Arg("x", "in", shape), Arg("y", "out", shape, "fp32")],
-                      grid=(32, 32, 16), precision="fp16")
-    y = backend.alloc(65536 // 4, "fp32")
-    backend.compile(spec)([t, y])
-    got = backend.download(y).reshape(1, 16, 32, 32, 4).transpose(0, 2, 3, 1, 4).reshape(shape)
-    assert np.array_equal(np.isnan(got), nan)
-    np.testing.assert_array_equal(got[~nan].view(np.uint32), want[~nan].view(np.uint32))
+    reads = [("read_each_value", READ_EACH_VALUE, (32, 32, 16))]
+    if backend.name == "cl":
+        reads.append(("read_4_vec4", READ_4_VEC4, (8, 32, 16)))
+    for name, body, grid in reads:
+        spec = KernelSpec(name, body, [Arg("x", "in", shape), Arg("y", "out", shape, "fp32")], grid=grid,
+                          precision="fp16")
+        y = backend.alloc(65536 // 4, "fp32")
+        backend.compile(spec)([t, y])
+        got = backend.download(y).reshape(1, 16, 32, 32, 4).transpose(0, 2, 3, 1, 4).reshape(shape)
+        assert np.array_equal(np.isnan(got), nan), name
+        np.testing.assert_array_equal(got[~nan].view(np.uint32), want[~nan].view(np.uint32), err_msg=name)
 
     x = _fp16_edge_floats(np.random.default_rng(7), 65536).reshape(shape)
     backend.to_device(x, t, shape)

@@ -392,10 +392,11 @@ def _cl_accessors(spec: KernelSpec, a: Arg) -> str:
                  f"#define {t}_read16(i) (*(__global const float16_at4*)({t}_buf + {i}))"]
         write = f"#define {t}_write(i, v) ({t}_buf[{i}] = (v))"
     else:
-        # GD_VLOAD_HALF: vload_half, inlined by the prelude on a CPU
-        lines = [f"#define {t}_read(i) vload_half4({i}, {t}_buf)", f"#define {t}_read1(j) GD_VLOAD_HALF({j}, {t}_buf)",
-                 f"#define {t}_read16(i) vload_half16(0, {t}_buf + 4 * {i})"]
-        write = f"#define {t}_write(i, v) vstore_half4_rte((v), {i}, {t}_buf)"
+        # GD_VLOAD_HALF*, GD_VSTORE_HALF4: vload_half*, vstore_half4_rte, or the prelude's own on a CPU
+        lines = [f"#define {t}_read(i) GD_VLOAD_HALF4({i}, {t}_buf)",
+                 f"#define {t}_read1(j) GD_VLOAD_HALF({j}, {t}_buf)",
+                 f"#define {t}_read16(i) GD_VLOAD_HALF16({t}_buf + 4 * {i})"]
+        write = f"#define {t}_write(i, v) GD_VSTORE_HALF4((v), {i}, {t}_buf)"
     if a.role == "out":
         lines.append(_wrapped_write(spec, a, write))
         if not _finishes(spec, a):

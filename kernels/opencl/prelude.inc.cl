@@ -68,13 +68,42 @@ GD_ROUND(float) GD_ROUND(float4) GD_ROUND(float16)
   }
 GD_QROUND(float4, int4, uint4) GD_QROUND(float16, int16, uint16)
 #undef GD_QROUND
-// fp16 storage: GD_VLOAD_HALF is OpenCL's vload_half, the load of one value (t_read1). PoCL calls its library for
-// each vload_half* and vstore_half*, so the 1x1 convolutions' inner loop made a call per
-// input value (the built-in model with fp16 storage: 21.4 ms, fp32 storage 5.5). On a CPU device (the backend's build
-// options say GD_INLINE_HALF) the scalar one is written here, bit-exact and inlined, in integer operations but for
-// a subnormal half's (an exact conversion and a power of two): no step may make a subnormal float, which an x86
-// core handles in microcode (placing the 15 bits in a float and scaling by 2^112 made one of every subnormal half,
-// |x| < 6.1e-5, common among activations: MobileNetV2 with fp16 storage 57 -> 17.6 ms; 16 with denormals flushed).
+// fp16 storage: t_read, t_read1, t_read16 and t_write go through GD_VLOAD_HALF4, GD_VLOAD_HALF (one value: the 1x1
+// convolutions' inner loop), GD_VLOAD_HALF16 and GD_VSTORE_HALF4: OpenCL's vload_half4, vload_half, vload_half16
+// and vstore_half4_rte, which a GPU's compiler turns into instructions and PoCL calls from its library, vloadN
+// included (the built-in model with fp16 storage: 21.4 ms, fp32 storage 5.5). On a CPU device (the backend's
+// build options say GD_INLINE_HALF) they are written here and inlined:
+// - on x86 with F16C, its conversion instructions on plain vector loads (vcvtph2ps: halves to floats, exact;
+//   vcvtps2ph, imm 0: to nearest even): the built-in model 15.0 -> 8.6 ms; the same instructions behind the
+//   library's vloadN ran 12% slower than the library's conversions;
+// - elsewhere the one-value load in integer operations but for a subnormal half's (an exact conversion and a
+//   power of two), the vector ones the library's. No step may make a subnormal float, which an x86 core handles
+//   in microcode: placing the 15 bits in a float and scaling by 2^112 made one of every subnormal half (|x| <
+//   6.1e-5, common among activations: MobileNetV2 with fp16 storage 57 -> 17.6 ms).
+#if GD_INLINE_HALF && defined(__F16C__)
+typedef ushort4 __attribute__((aligned(8))) gd_ushort4_a8;  // a vec4 of halves: 8-byte aligned
+typedef ushort16 __attribute__((aligned(8))) gd_ushort16_a8;
+inline float gd_vload_half(long j, __global const half* p) {
+  float4 f = __builtin_ia32_vcvtph2ps((short8)(as_short(((__global const ushort*)p)[j]), 0, 0, 0, 0, 0, 0, 0));
+  return f.x;
+}
+inline float4 gd_vload_half4(long i, __global const half* p) {
+  ushort4 u = *(__global const gd_ushort4_a8*)(p + 4 * i);
+  return __builtin_ia32_vcvtph2ps((short8)(as_short4(u), (short4)(0)));
+}
+inline float16 gd_vload_half16(__global const half* p) {
+  short16 h = as_short16(*(__global const gd_ushort16_a8*)p);
+  return (float16)(__builtin_ia32_vcvtph2ps256(h.lo), __builtin_ia32_vcvtph2ps256(h.hi));
+}
+inline void gd_vstore_half4_rte(float4 v, long i, __global half* p) {
+  short8 h = __builtin_ia32_vcvtps2ph(v, 0);
+  *(__global gd_ushort4_a8*)(p + 4 * i) = as_ushort4(h.lo);
+}
+#define GD_VLOAD_HALF(j, p) gd_vload_half((j), (p))
+#define GD_VLOAD_HALF4(i, p) gd_vload_half4((i), (p))
+#define GD_VLOAD_HALF16(p) gd_vload_half16(p)
+#define GD_VSTORE_HALF4(v, i, p) gd_vstore_half4_rte((v), (i), (p))
+#else
 #if GD_INLINE_HALF
 inline float gd_half_to_float(uint h) {
   uint em = h & 0x7fffu;
@@ -86,6 +115,10 @@ inline float gd_half_to_float(uint h) {
 #define GD_VLOAD_HALF(j, p) gd_half_to_float((uint)(((__global const ushort*)(p))[j]))
 #else
 #define GD_VLOAD_HALF(j, p) vload_half((j), (p))
+#endif
+#define GD_VLOAD_HALF4(i, p) vload_half4((i), (p))
+#define GD_VLOAD_HALF16(p) vload_half16(0, (p))
+#define GD_VSTORE_HALF4(v, i, p) vstore_half4_rte((v), (i), (p))
 #endif
 #define FLT4 float4
 #define INT4 int4
