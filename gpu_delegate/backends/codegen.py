@@ -170,8 +170,8 @@ def _three_sizes(values: Iterable[int], what: str) -> tuple[int, int, int]:
     return sizes
 
 
-_ARG_SUFFIXES = ("_B", "_H", "_W", "_C", "_S", "_FULL", "_FIRST", "_idx", "_slice", "_batch", "_at", "_read", "_read1",
-                 "_read16", "_write", "_store", "_finish", "_finish16")
+_ARG_SUFFIXES = ("_B", "_H", "_W", "_C", "_S", "_FULL", "_HALF", "_FIRST", "_idx", "_slice", "_batch", "_at", "_read",
+                 "_read1", "_read16", "_write", "_store", "_finish", "_finish16")
 _RESERVED = ("GRID_X", "GRID_Y", "GRID_Z", "GID_X", "GID_Y", "GID_Z", "GID_FLAT", "BUFS", "BUFS_DECL", "FLT4",
              "INT4", "MAKE_FLT4", "MAKE_INT4", "SPLAT", "TO_INT", "TO_FLT", "TO_INT4", "TO_FLT4", "FABS", "RSQRT",
              "FMOD", "FMA", "ROUND", "RINT", "ATAN2", "LT4", "LE4", "GT4", "GE4", "EQ4", "NE4", "SELECT4",
@@ -299,12 +299,14 @@ def _geometry(spec: KernelSpec, at_run_time: frozenset[str] = frozenset()) -> st
         b, h, w, c = a.shape
         values += [(f"{t}_B", b), (f"{t}_H", h), (f"{t}_W", w), (f"{t}_C", c), (f"{t}_S", a.slices)]
         # t_slice(i), t_batch(i): the slice and batch of vec4 (or int4 of vec4) i; with one batch, no division
-        # by t_S (a run-time value in some kernels). t_FULL: the channels fill whole slices (a constant for #if)
+        # by t_S (a run-time value in some kernels). t_FULL: the channels fill whole slices (a constant for #if);
+        # t_HALF: fp16 storage
         plane = f"((i) / ({t}_H * {t}_W))"
         lines += [f"#define {t}_idx(b, y, x, s) (((((b) * {t}_S + (s)) * {t}_H + (y)) * {t}_W) + (x))",
                   f"#define {t}_slice(i) {plane if b == 1 else f'({plane} % {t}_S)'}",
                   f"#define {t}_batch(i) {'0' if b == 1 else f'({plane} / {t}_S)'}",
-                  f"#define {t}_FULL {int(c % 4 == 0)}"]
+                  f"#define {t}_FULL {int(c % 4 == 0)}",
+                  f"#define {t}_HALF {int(spec.arg_precision(a) == 'fp16')}"]
         if a.placed is not None:
             values.append((f"{t}_FIRST", a.placed[0]))
             lines.append(f"#define {t}_at(i) {_placed_index(a)}")

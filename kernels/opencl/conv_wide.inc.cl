@@ -80,14 +80,26 @@ typedef struct { ACCV even, odd; } WIDE_ACC;
 #define WIDE_ODD(acc) (acc)
 #endif
 
+// SRC_LANE(x4, i, k): input value k of the slice at float index i. With fp16 storage (src_HALF) the slice's 4
+// values are read and converted as one vec4 (x4) and broadcast from it; with fp32 storage each is read on its
+// own, which the compiler makes a broadcast straight from memory.
+#if src_HALF
+#define SRC_LANES(x4, i) float4 x4 = src_read((i) >> 2);
+#define SRC_LANE(x4, i, k) ((k) == 0 ? (x4).x : (k) == 1 ? (x4).y : (k) == 2 ? (x4).z : (x4).w)
+#else
+#define SRC_LANES(x4, i)
+#define SRC_LANE(x4, i, k) src_read1((i) + (k))
+#endif
+
 __attribute__((always_inline)) inline WIDE_ACC wide_step(WIDE_ACC acc, long i, float m, int s, int wi BUFS_DECL) {
-  V_FMA(WIDE_EVEN(acc), src_read1(i) * m, SCALED_ROWS(wi, s, 0))
+  SRC_LANES(x4, i)
+  V_FMA(WIDE_EVEN(acc), SRC_LANE(x4, i, 0) * m, SCALED_ROWS(wi, s, 0))
   if (LANE_USED(s, 1))
-    V_FMA(WIDE_ODD(acc), src_read1(i + 1) * m, SCALED_ROWS(wi + BLOCK_S, s, 1))
+    V_FMA(WIDE_ODD(acc), SRC_LANE(x4, i, 1) * m, SCALED_ROWS(wi + BLOCK_S, s, 1))
   if (LANE_USED(s, 2))
-    V_FMA(WIDE_EVEN(acc), src_read1(i + 2) * m, SCALED_ROWS(wi + 2 * BLOCK_S, s, 2))
+    V_FMA(WIDE_EVEN(acc), SRC_LANE(x4, i, 2) * m, SCALED_ROWS(wi + 2 * BLOCK_S, s, 2))
   if (LANE_USED(s, 3))
-    V_FMA(WIDE_ODD(acc), src_read1(i + 3) * m, SCALED_ROWS(wi + 3 * BLOCK_S, s, 3))
+    V_FMA(WIDE_ODD(acc), SRC_LANE(x4, i, 3) * m, SCALED_ROWS(wi + 3 * BLOCK_S, s, 3))
   return acc;
 }
 
