@@ -116,6 +116,15 @@ class LowerContext:
             return self.quads_grid(t), {"opencl": "copy"}
         return self.grid(t), {}
 
+    def pixels_layout(self, t: int, name: str) -> tuple[tuple[int, int, int], dict[str, str]]:
+        """The grid and variants of kernel ``name`` whose work item takes one pixel of ``t`` with all its channels
+        (a reduction over them: softmax, layer_norm): the dialect's, (W, H, B), or on a CPU's OpenCL
+        kernels/opencl/<name>.cl, a work item per 4 pixels of a row, (ceil(W / 4), H, B)."""
+        b, h, w, _ = self.bhwc(t)
+        if self.cpu_opencl:
+            return (-(-w // 4), h, b), {"opencl": name}
+        return (w, h, b), {}
+
     def quads_grid(self, t: int) -> tuple[int, int, int]:
         """A work item per 4 pixels of a row of one slice of tensor ``t``: (ceil(W / 4), H, B * S)."""
         b, h, w, c = self.bhwc(t)

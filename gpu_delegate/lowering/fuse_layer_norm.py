@@ -58,7 +58,7 @@ class LayerNormOp:
     @classmethod
     def lower(cls, node: Node, graph: Graph, ctx: LowerContext) -> None:
         ln = cls.layer_norm
-        b, h, w, c = ctx.bhwc(ln.source)
+        c = ctx.bhwc(ln.source)[3]
         rows = slices(c) * 4
 
         def padded(values: np.ndarray) -> np.ndarray:
@@ -67,7 +67,7 @@ class LayerNormOp:
         gamma = ctx.const(f"layer_norm_gamma:{node.index}", functools.partial(padded, ln.gamma))
         beta = ctx.const(f"layer_norm_beta:{node.index}", functools.partial(padded, ln.beta))
         ctx.fuse_activation(node)
-        grid, variants = ((-(-w // 4), h, b), {"opencl": "layer_norm"}) if ctx.cpu_opencl else ((w, h, b), None)
+        grid, variants = ctx.pixels_layout(ln.source, "layer_norm")
         ctx.kernel("layer_norm", {"src": ln.source}, {"dst": node.outputs[0]}, {"gamma": gamma, "beta": beta},
                    {"EPS": ln.eps}, grid=grid, variants=variants)
 

@@ -323,13 +323,9 @@ class _LastAxis(Op):
     @staticmethod
     def lower(node: Node, graph: Graph, ctx: LowerContext) -> None:
         src, dst = ctx.input(node, 0), ctx.output(node)
-        b, h, w, _ = ctx.bhwc(src)
         defines: Defines = {"BETA": float(node.attrs.get("beta", 1.0)), "LOG_SOFTMAX": int(node.op == "LOG_SOFTMAX")}
-        if ctx.cpu_opencl:
-            ctx.kernel("softmax", {"src": src}, {"dst": dst}, defines=defines, grid=(-(-w // 4), h, b),
-                       variants={"opencl": "softmax"})
-            return
-        ctx.kernel("softmax", {"src": src}, {"dst": dst}, defines=defines, grid=(w, h, b))
+        grid, variants = ctx.pixels_layout(src, "softmax")
+        ctx.kernel("softmax", {"src": src}, {"dst": dst}, defines=defines, grid=grid, variants=variants)
 
 
 @register

@@ -1,4 +1,4 @@
-// OpenCL's version of dialect/softmax.dialect for a CPU device (ops/reduce.py, LowerContext.cpu_opencl): a work
+// OpenCL's version of dialect/softmax.dialect for a CPU device (ops/reduce.py, LowerContext.pixels_layout): a work
 // item takes 4 consecutive pixels of a row, each of their slices one float16 (a 64-byte load), so every pass
 // works on 16 values at a time; each pixel's max and sum are then its quarter of a float16 reduced. Three passes:
 // the max; the exps, stored raw and summed; each stored exp divided by its sum (finished and stored again). One
