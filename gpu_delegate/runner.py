@@ -191,7 +191,8 @@ class PlanRunner:
                 progress.stage(f"planning {len(nodes)} nodes")
                 plan = build_plan(graph, nodes, inputs, outputs, shapes, _op_classes(graph, nodes),
                                   quantized=quantized, device_type=device_type, max_buffers=info["max_buffers"],
-                                  api=info["api"], vector_width=info["vector_width"])
+                                  api=info["api"], vector_width=info["vector_width"],
+                                  int8_dot=info.get("int8_dot", False))
                 binaries = {}
             runner = cls(backend, plan, precision)
             runner.timings["plan_s"] = time.perf_counter() - t0

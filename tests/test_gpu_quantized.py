@@ -36,6 +36,7 @@ import pytest
 
 import gpu_delegate as gd
 import gpu_delegate.runner
+from gpu_delegate.backends import codegen
 from gpu_delegate.tflite.writer import ModelBuilder
 
 from .reference import assert_float_close, need_models, run, run_litert, runner_of, shared_delegate
@@ -258,7 +259,22 @@ def uint8_chain(seed: int = 13) -> QModel:
     return b
 
 
-MODELS = {"int8_conv_trunk": conv_trunk, "int8_layout_chain": layout_chain, "uint8_chain": uint8_chain}
+def dot_convs(seed: int = 15) -> QModel:
+    """int8 CONV_2Ds of the kind that sum integer dot products where the device has them (ops/conv.py
+    emit_conv_int8: output channels x taps >= INT8_MIN_PRODUCTS): partial input and output slices, batch 2, SAME
+    padding with the input's non-zero zero point, stride 2, dilation, per-tensor and per-channel weights, RELU and
+    RELU6, and two convolutions of one input (which share its quantize pass)."""
+    b = QModel(np.int8, seed)
+    b.input("x", [2, 9, 11, 6], (0.04, -9))
+    b.conv("x", "c3x3_40_relu", 40, 3, 1, per_channel=True, act="RELU")
+    b.conv("x", "c3x3_s2_30_relu6", 30, 3, 2, per_channel=False, act="RELU6")
+    b.conv("c3x3_40_relu", "c1x1_264", 264, 1, 1, per_channel=True)
+    b.conv("c1x1_264", "c3x3_d2_32", 32, 3, 1, per_channel=True, dilation_h_factor=2, dilation_w_factor=2)
+    return b
+
+
+MODELS = {"int8_conv_trunk": conv_trunk, "int8_layout_chain": layout_chain, "uint8_chain": uint8_chain,
+          "int8_dot_convs": dot_convs}
 
 
 @functools.cache
@@ -291,6 +307,31 @@ def test_quantized_chain(backend, name):
     """Each node's output against LiteRT fed the very inputs the GPU gave that node; the whole chain against
     LiteRT's run of the whole model, pooled over every tensor (one step of difference upstream moves values
     downstream across rounding boundaries, so the per-node check is the one that pins each op down)."""
+    check_chain(backend, name)
+
+
+def test_int8_convolutions_on_integer_dot_products(monkeypatch):
+    """OpenCL told that its device has 4-byte integer dot products (DeviceInfo.int8_dot; true of PoCL on x86 with
+    VNNI, and conv2d_int8.cl's portable sum runs anywhere else): every convolution of dot_convs runs as
+    quantize_u8 + conv2d_int8, one quantize pass for the input two of them read, and all match LiteRT."""
+    backend = shared_delegate("cl", quantized=True).backend  # run_gpu's
+    monkeypatch.setitem(backend._info, "int8_dot", True)
+    it = check_chain("cl", "int8_dot_convs")
+    kernels = Counter(c.kernel for c in runner_of(it).plan.kernels)
+    assert kernels["conv2d_int8"] == 4 and kernels["quantize_u8"] == 3, kernels
+    # the portable sum, as a compiler without VNNI builds conv2d_int8.cl
+    prelude = codegen.kernel_text("opencl/prelude.inc.cl") + "\n#undef __AVX512VNNI__\n#undef __AVXVNNI__\n"
+    monkeypatch.setattr(codegen, "kernel_text", lambda name, text=codegen.kernel_text: prelude
+                        if name == "opencl/prelude.inc.cl" else text(name))
+    check_chain("cl", "int8_dot_convs")
+    monkeypatch.undo()
+    monkeypatch.setitem(backend._info, "int8_dot", False)
+    it = check_chain("cl", "int8_dot_convs")
+    assert not {"conv2d_int8", "quantize_u8"} & {c.kernel for c in runner_of(it).plan.kernels}
+
+
+def check_chain(backend: str, name: str) -> gd.Interpreter:
+    """test_quantized_chain's checks of model ``name`` on ``backend``; the interpreter."""
     b, content, refs = model(name)
     it, outs = run_gpu(content, b.feeds, backend)
     where = placement(it)
@@ -305,6 +346,7 @@ def test_quantized_chain(backend, name):
     off = int(np.count_nonzero((whole != ref_whole[0]) & (whole != ref_whole[1])))
     assert off <= whole.size // 100, f"{name} on {backend}: {off} of {whole.size} values differ from LiteRT's " \
         "run of the whole model"
+    return it
 
 
 def mixed_model() -> tuple[bytes, list[np.ndarray]]:

@@ -63,6 +63,7 @@ class DeviceInfo(_ApiDeviceInfo):
     max_buffer_bytes: int
     has_fp16: bool  # native half arithmetic (fp16 *storage* works everywhere)
     vector_width: int  # floats in one of the device's native vectors (16 on AVX-512 PoCL, 8 on AVX2); 4: unknown
+    int8_dot: bool  # 4-byte integer dot products its compiler emits (x86 VNNI under PoCL): conv2d_int8.cl pays
 
 
 @dataclass(eq=False)
@@ -216,7 +217,7 @@ def numbered(source: str) -> str:
 # derives max_mem_alloc_size from the memory free when the process starts), so keying them made one model on
 # one device write a new cache file, each a cold start, whenever free memory moved.
 STABLE_FACTS = ("api", "api_version", "name", "vendor", "driver_version", "platform", "device_type", "has_fp16",
-                "program_binary_formats", "vector_width")
+                "program_binary_formats", "vector_width", "int8_dot")
 
 
 def device_fingerprint(info: DeviceInfo) -> str:

@@ -339,6 +339,7 @@ class GLBackend(Backend):
             "max_buffer_bytes": int(info["GL_MAX_SHADER_STORAGE_BLOCK_SIZE"]),
             "has_fp16": False,
             "vector_width": 4,  # GLSL has no wider float vector than vec4
+            "int8_dot": False,  # GLSL ES has no 8-bit storage to take them from
             "program_binary_formats": self.runtime.binary_formats,
         }
 

@@ -44,12 +44,15 @@ class GpuOp(Protocol):
 
 class LowerContext:
     def __init__(self, view: PartitionView, device_type: str = "gpu", max_buffers: int | None = None,
-                 api: str = "", vector_width: int = 4):
+                 api: str = "", vector_width: int = 4, int8_dot: bool = False, quantized: bool = True):
         self.view = view
         self.graph = view.graph
         self.device_type = device_type  # "cpu" for CPU-hosted OpenCL/llvmpipe, "gpu" otherwise
         self.api = api  # "OpenCL" or "OpenGL" (DeviceInfo.api): whose kernel variants the plan runs
         self.vector_width = vector_width  # floats in the device's native vector (DeviceInfo.vector_width)
+        # 4-byte integer dot products (DeviceInfo.int8_dot): 8-bit convolutions sum their codes in int32
+        self.int8_dot = int8_dot
+        self.quantized = quantized  # 8-bit ops round their outputs to their grid (the delegate's default)
         # buffers one kernel may bind on the device (None: no limit); a fused chain longer than that is split
         self.max_buffers = max_buffers
         self.kernels: list[KernelCall] = []
@@ -60,6 +63,9 @@ class LowerContext:
         self.fp32_tensors: set[int] = set()
         self.fp32_consts: set[str] = set()
         self._next_scratch = len(self.graph.tensors)
+        # scratch tensors an op derived from another that later ops may read too, by what they hold: an 8-bit
+        # convolution's input bytes, (kernel, tensor) -> scratch tensor
+        self.derived: dict[tuple[str, int], int] = {}
         # variable tensor -> the plan tensor holding its value after an invoke (an LSTM's states)
         self.state_updates: dict[int, int] = {}
 

@@ -26,15 +26,15 @@ from .view import PartitionView, PassResult
 def build_plan(graph: Graph, nodes: list[int], inputs: list[int], outputs: list[int],
                shapes: dict[int, tuple[int, ...]], ops: dict[int, GpuOp], quantized: bool = True,
                device_type: str = "gpu", max_buffers: int | None = None, api: str = "",
-               vector_width: int = 4) -> Plan:
+               vector_width: int = 4, int8_dot: bool = False) -> Plan:
     """The plan of partition ``nodes``; ``ops`` gives each node's op class; no kernel binds more than
     ``max_buffers`` buffers through its fused post-ops (the device's limit; None: no limit); ``api`` and
     ``vector_width`` (DeviceInfo's) say whose kernel variants run and how wide the device's vectors are, where
-    the blocking differs."""
+    the blocking differs; ``int8_dot`` (DeviceInfo's) that 8-bit convolutions sum in int32."""
     # rank-5 tensors of batch 1 are stored as their rank-4 selves (ops that take them: Op.gpu_rank5)
     view = PartitionView(graph, list(nodes), {t: collapse(s) for t, s in shapes.items()}, list(inputs),
                          list(outputs), ops=dict(ops))
-    ctx = LowerContext(view, device_type, max_buffers, api, vector_width)
+    ctx = LowerContext(view, device_type, max_buffers, api, vector_width, int8_dot, quantized)
     results: list[PassResult] = [fold_constants.run(view), drop_reshape.run(view), merge_pad.run(view),
                                  fuse_layer_norm.run(view), fuse_matmul_transpose.run(view),
                                  fuse_matmul_softmax.run(view), pad_channels.run(view),

@@ -13,7 +13,9 @@
 // last slice) are skipped. The weight rows are read per call: the compiler keeps one load for all pixels.
 // conv_store_wide(v, base, os): bias, fused activation, the output's post-ops and the stores of one pixel's
 // accumulator v, output slices os .. os + BLOCK_S - 1 (those past dst_S left out); base is the pixel's
-// vec4 index at slice 0. At BLOCK_S 4 and 8 the post-ops run on each float16 (dst_finish16).
+// vec4 index at slice 0. At BLOCK_S 4 and 8 the post-ops run on each float16 (conv_store.inc.cl).
+
+// @include opencl/conv_store.inc.cl
 #if BLOCK_S == 8
 typedef struct { float16 lo, hi; } ACCV;
 #define ROWS(i) ((ACCV){w_read16(i), w_read16((i) + 4)})
@@ -111,17 +113,6 @@ __attribute__((always_inline)) inline ACCV conv_finish_wide(ACCV v, int os BUFS_
   v = V_CLAMP(v, ACT_MIN, ACT_MAX);
 #endif
   return v;
-}
-
-__attribute__((always_inline)) inline void conv_store16(float16 v, int base, int os BUFS_DECL) {
-  const int plane = dst_H * dst_W;
-  // a slice past dst_S reads its post-op operands at the last slice
-  v = dst_finish16(v, (int4)(base) + min((int4)(os) + (int4)(0, 1, 2, 3), (int4)(dst_S - 1)) * plane BUFS);
-  int o = base + os * plane;
-  if (os < dst_S) dst_store(o, v.s0123);
-  if (os + 1 < dst_S) dst_store(o + plane, v.s4567);
-  if (os + 2 < dst_S) dst_store(o + 2 * plane, v.s89ab);
-  if (os + 3 < dst_S) dst_store(o + 3 * plane, v.scdef);
 }
 
 __attribute__((always_inline)) inline void conv_store_wide(ACCV v, int base, int os BUFS_DECL) {
