@@ -37,6 +37,7 @@ import pytest
 import gpu_delegate as gd
 import gpu_delegate.runner
 from gpu_delegate.backends import codegen
+from gpu_delegate.ops import conv as conv_ops
 from gpu_delegate.tflite.writer import ModelBuilder
 
 from .reference import assert_float_close, need_models, run, run_litert, runner_of, shared_delegate
@@ -261,9 +262,10 @@ def uint8_chain(seed: int = 13) -> QModel:
 
 def dot_convs(seed: int = 15) -> QModel:
     """int8 CONV_2Ds of the kind that sum integer dot products where the device has them (ops/conv.py
-    emit_conv_int8: output channels x taps >= INT8_MIN_PRODUCTS): partial input and output slices, batch 2, SAME
-    padding with the input's non-zero zero point, stride 2, dilation, per-tensor and per-channel weights, RELU and
-    RELU6, and two convolutions of one input (which share its quantize pass)."""
+    emit_conv_int8: output channels x taps >= INT8_MIN_PRODUCTS; layers this small only with INT8_MIN_MACS 0):
+    partial input and output slices, batch 2, SAME padding with the input's non-zero zero point, stride 2,
+    dilation, per-tensor and per-channel weights, RELU and RELU6, and two convolutions of one input (which share
+    its quantize pass)."""
     b = QModel(np.int8, seed)
     b.input("x", [2, 9, 11, 6], (0.04, -9))
     b.conv("x", "c3x3_40_relu", 40, 3, 1, per_channel=True, act="RELU")
@@ -316,6 +318,7 @@ def test_int8_convolutions_on_integer_dot_products(monkeypatch):
     quantize_u8 + conv2d_int8, one quantize pass for the input two of them read, and all match LiteRT."""
     backend = shared_delegate("cl", quantized=True).backend  # run_gpu's
     monkeypatch.setitem(backend._info, "int8_dot", True)
+    monkeypatch.setattr(conv_ops, "INT8_MIN_MACS", 0)  # these layers are small: the size that pays is a speed matter
     it = check_chain("cl", "int8_dot_convs")
     kernels = Counter(c.kernel for c in runner_of(it).plan.kernels)
     assert kernels["conv2d_int8"] == 4 and kernels["quantize_u8"] == 3, kernels

@@ -800,11 +800,15 @@ def lower_conv2d(node: Node, ctx: LowerContext) -> None:
 # kernels/opencl/conv2d_int8.cl sums bytes times the model's int8 weights in int32, as LiteRT does, 64 products an
 # instruction. PoCL on AVX-512 VNNI, 1x1 layers alone: ~400 GOP/s, 2.5x the float kernels.
 INT8_OFFSET = 128  # u = q + 128 makes an int8 code the unsigned byte vpdpbusd takes
-# Products an input value takes part in (output channels x window taps) below which the input's quantize pass costs
-# more than the dot products save (PoCL, AVX-512 VNNI, each layer alone against the float kernels: ResNet50's 3x3
-# layers 0.37-0.68x, its 1x1 ones of 256 outputs 0.69-0.89x, of 64 1.14-1.17x; MobileNetV2's 1x1 of 16-32 outputs
-# 1.4-1.6x, of 960-1280 0.66-0.88x)
-INT8_MIN_PRODUCTS = 256
+# Where the input's quantize pass and a second launch cost more than the dot products save: an input value taking
+# part in fewer products (output channels x taps) than INT8_MIN_PRODUCTS, or a layer of fewer multiply-adds than
+# INT8_MIN_MACS. PoCL, AVX-512 VNNI, each layer alone against the float kernels: ResNet50's 3x3 layers 0.37-0.68x
+# the time, DenseNet121's 3x3 ones of 288 products 0.58x at 32x32 pixels (38M multiply-adds), 0.8x at 16x16, 1.0-1.15x
+# at 8x8, 1.3x at 4x4; its 1x1 ones of 128 products 0.65-1.09x above 8M, 0.88-1.18x below; MobileNetV2's 1x1 of 16-64
+# products 1.1-1.6x. Over all layers of 128+ products and 8M+ (DenseNet121 int8 0.86x the time of its convolutions;
+# 256+ products: 0.91x).
+INT8_MIN_PRODUCTS = 128
+INT8_MIN_MACS = 8_000_000
 
 
 def _raw(ctx: LowerContext, t: int, dtype: np.dtype) -> np.ndarray | None:
@@ -842,7 +846,8 @@ def emit_conv_int8(ctx: LowerContext, node: Node, src: int, dst: int, wt: int, b
         return False
     x_scale, x_zp = x_t.quant.scalar()
     o, kh, kw, i = w.shape
-    if o * kh * kw < INT8_MIN_PRODUCTS:
+    ob, oh, ow, oc = ctx.bhwc(dst)
+    if o * kh * kw < INT8_MIN_PRODUCTS or ob * oh * ow * o * kh * kw * i < INT8_MIN_MACS:
         return False
     w_scale = np.broadcast_to(np.asarray(w_t.quant.scale, np.float64).reshape(-1), (o,))
     bias_q = b.reshape(-1).astype(np.int64) if b.size else np.zeros(o, np.int64)
@@ -850,7 +855,6 @@ def emit_conv_int8(ctx: LowerContext, node: Node, src: int, dst: int, wt: int, b
     if bias_q.size != o or np.abs(corr).max(initial=0) >= 2**31:
         return False
     xb, xh, xw, xc = ctx.bhwc(src)
-    ob, oh, ow, oc = ctx.bhwc(dst)
     src_s, dst_s = slices(xc), slices(oc)
     if src_s * 4 < i:
         return False
