@@ -44,15 +44,30 @@ __attribute__((always_inline)) inline void conv_int8_block(int b, int blk, int o
     int iy = oy * SH - PT + ky * DH;
     bool row_in = iy >= 0 && iy < IN_H;
     for (int kx = 0; kx < KW; kx++) {
+      __global const int16* wr = w16 + ((blk * KH + ky) * KW + kx) * IN_S * NV;
+      if (inside) {  // the pixels' words lie SW apart: one pointer, constant offsets (no index vector per step)
+        __global const int* qp = (__global const int*)q + (b * IN_S * IN_H + iy) * IN_W4 + ox0 * SW - PL + kx * DW;
+        for (int s = 0; s < IN_S; s++, wr += NV, qp += IN_PLANE) {
+          int16 u[BLOCK_X];
+#pragma unroll
+          for (int p = 0; p < BLOCK_X; p++) u[p] = (int16)(qp[p * SW]);
+#pragma unroll
+          for (int v = 0; v < NV; v++) {
+            int16 wv = wr[v];
+#pragma unroll
+            for (int p = 0; p < BLOCK_X; p++) acc[p][v] = GD_DOT4(acc[p][v], u[p], wv);
+          }
+        }
+        continue;
+      }
       int word[BLOCK_X];  // each pixel's tap in slice 0
       bool tap_in[BLOCK_X];
 #pragma unroll
       for (int p = 0; p < BLOCK_X; p++) {
         int ix = (ox0 + p) * SW - PL + kx * DW;
-        tap_in[p] = inside || (row_in && ix >= 0 && ix < IN_W);
+        tap_in[p] = row_in && ix >= 0 && ix < IN_W;
         word[p] = (b * IN_S * IN_H + clamp(iy, 0, IN_H - 1)) * IN_W4 + clamp(ix, 0, IN_W - 1);
       }
-      __global const int16* wr = w16 + ((blk * KH + ky) * KW + kx) * IN_S * NV;
       for (int s = 0; s < IN_S; s++, wr += NV) {
         int16 u[BLOCK_X];
 #pragma unroll
