@@ -264,14 +264,17 @@ def dot_convs(seed: int = 15) -> QModel:
     """int8 CONV_2Ds of the kind that sum integer dot products where the device has them (ops/conv.py
     emit_conv_int8: output channels x taps >= INT8_MIN_PRODUCTS; layers this small only with INT8_MIN_MACS 0):
     partial input and output slices, batch 2, SAME padding with the input's non-zero zero point, stride 2,
-    dilation, per-tensor and per-channel weights, RELU and RELU6, and two convolutions of one input (which share
-    its quantize pass)."""
+    dilation, per-tensor and per-channel weights, RELU and RELU6, two convolutions of one input (which share its
+    quantize pass), and a FULLY_CONNECTED whose rows are pixels."""
     b = QModel(np.int8, seed)
     b.input("x", [2, 9, 11, 6], (0.04, -9))
     b.conv("x", "c3x3_40_relu", 40, 3, 1, per_channel=True, act="RELU")
     b.conv("x", "c3x3_s2_30_relu6", 30, 3, 2, per_channel=False, act="RELU6")
     b.conv("c3x3_40_relu", "c1x1_264", 264, 1, 1, per_channel=True)
     b.conv("c1x1_264", "c3x3_d2_32", 32, 3, 1, per_channel=True, dilation_h_factor=2, dilation_w_factor=2)
+    wt = b.weights([130, 30], 30)  # per-tensor, as TFLite's converter quantizes a FULLY_CONNECTED
+    b.op("FULLY_CONNECTED", ["c3x3_s2_30_relu6", wt, b.bias(130, wt)], "fc_rows_130", [2, 5, 6, 130], version=5,
+         keep_num_dims=True)
     return b
 
 
@@ -314,14 +317,15 @@ def test_quantized_chain(backend, name):
 
 def test_int8_convolutions_on_integer_dot_products(monkeypatch):
     """OpenCL told that its device has 4-byte integer dot products (DeviceInfo.int8_dot; true of PoCL on x86 with
-    VNNI, and conv2d_int8.cl's portable sum runs anywhere else): every convolution of dot_convs runs as
+    VNNI, and conv2d_int8.cl's portable sum runs anywhere else): every convolution of dot_convs (and its
+    FULLY_CONNECTED) runs as
     quantize_u8 + conv2d_int8, one quantize pass for the input two of them read, and all match LiteRT."""
     backend = shared_delegate("cl", quantized=True).backend  # run_gpu's
     monkeypatch.setitem(backend._info, "int8_dot", True)
     monkeypatch.setattr(conv_ops, "INT8_MIN_MACS", 0)  # these layers are small: the size that pays is a speed matter
     it = check_chain("cl", "int8_dot_convs")
     kernels = Counter(c.kernel for c in runner_of(it).plan.kernels)
-    assert kernels["conv2d_int8"] == 4 and kernels["quantize_u8"] == 3, kernels
+    assert kernels["conv2d_int8"] == 5 and kernels["quantize_u8"] == 4, kernels
     # the portable sum, as a compiler without VNNI builds conv2d_int8.cl
     prelude = codegen.kernel_text("opencl/prelude.inc.cl") + "\n#undef __AVX512VNNI__\n#undef __AVXVNNI__\n"
     monkeypatch.setattr(codegen, "kernel_text", lambda name, text=codegen.kernel_text: prelude

@@ -809,6 +809,9 @@ INT8_OFFSET = 128  # u = q + 128 makes an int8 code the unsigned byte vpdpbusd t
 # 256+ products: 0.91x).
 INT8_MIN_PRODUCTS = 128
 INT8_MIN_MACS = 8_000_000
+# Except where the weights outnumber the input's values this many times: the layer is bound by reading them, and
+# int8's are a quarter of the bytes (a classifier's 1280 x 1000: 125 -> ~30 us; MobileNetV2's 7x7 layers of 160 x 960)
+INT8_WEIGHT_BOUND = 16
 
 
 def _raw(ctx: LowerContext, t: int, dtype: np.dtype) -> np.ndarray | None:
@@ -832,12 +835,14 @@ def int8_weight_words(w: np.ndarray, block_s: int, src_slices: int) -> np.ndarra
 
 def emit_conv_int8(ctx: LowerContext, node: Node, src: int, dst: int, wt: int, bias: int, stride: tuple[int, int],
                    dilation: tuple[int, int], pads: tuple[int, int]) -> bool:
-    """The CONV_2D as quantize_u8 + conv2d_int8 where it is one of TFLite's int8 convolutions (int8 input and
-    output, per-tensor input quantization, symmetric int8 weights, int32 bias, all constants as stored); False,
-    emitting nothing, otherwise."""
+    """The CONV_2D (or FULLY_CONNECTED, weights [O, K] read as [O, 1, 1, K]) as quantize_u8 + conv2d_int8 where it
+    is one of TFLite's int8 convolutions (int8 input and output, per-tensor input quantization, symmetric int8
+    weights, int32 bias, all constants as stored) of a size where that pays; False, emitting nothing, otherwise."""
     graph = ctx.graph
     w = _raw(ctx, wt, I8)
     b = _raw(ctx, bias, I32) if bias >= 0 else np.zeros(0, np.int32)
+    if w is not None and w.ndim == 2:
+        w = w.reshape(w.shape[0], 1, 1, w.shape[1])
     if not ctx.quantized or w is None or b is None or w.ndim != 4 or not 0 <= src < len(graph.tensors):
         return False
     x_t, w_t, y_t = graph.tensors[src], graph.tensors[wt], graph.tensors[dst]
@@ -847,14 +852,15 @@ def emit_conv_int8(ctx: LowerContext, node: Node, src: int, dst: int, wt: int, b
     x_scale, x_zp = x_t.quant.scalar()
     o, kh, kw, i = w.shape
     ob, oh, ow, oc = ctx.bhwc(dst)
-    if o * kh * kw < INT8_MIN_PRODUCTS or ob * oh * ow * o * kh * kw * i < INT8_MIN_MACS:
+    xb, xh, xw, xc = ctx.bhwc(src)
+    small = o * kh * kw < INT8_MIN_PRODUCTS or ob * oh * ow * o * kh * kw * i < INT8_MIN_MACS
+    if small and o * kh * kw * i < INT8_WEIGHT_BOUND * xb * xh * xw * xc:
         return False
     w_scale = np.broadcast_to(np.asarray(w_t.quant.scale, np.float64).reshape(-1), (o,))
     bias_q = b.reshape(-1).astype(np.int64) if b.size else np.zeros(o, np.int64)
     corr = bias_q - (x_zp + INT8_OFFSET) * w.reshape(o, -1).astype(np.int64).sum(axis=1)
     if bias_q.size != o or np.abs(corr).max(initial=0) >= 2**31:
         return False
-    xb, xh, xw, xc = ctx.bhwc(src)
     src_s, dst_s = slices(xc), slices(oc)
     if src_s * 4 < i:
         return False
@@ -960,6 +966,9 @@ def lower_transpose_conv(node: Node, ctx: LowerContext, xi: int, wi: int, bi: in
 def lower_fully_connected(node: Node, ctx: LowerContext) -> None:
     src, wt, bias, dst = ctx.input(node, 0), ctx.input(node, 1), ctx.input(node, 2), ctx.output(node)
     o, k = ctx.const_value(node, wt).shape
+    if ctx.int8_dot and ctx.bhwc(src)[:3] == ctx.bhwc(dst)[:3] and ctx.bhwc(src)[3] == k and \
+            emit_conv_int8(ctx, node, src, dst, wt, bias, (1, 1), (1, 1), (0, 0)):
+        return
     if ctx.bhwc(src)[3] == k:  # rows are pixels: a 1x1 convolution
         emit_conv(ctx, node, src, dst, bias, f"fc_w:{wt}", lambda: ctx.const_value(node, wt).reshape(o, 1, 1, k),
                   (1, 1), (1, 1), (1, 1), (0, 0), activation(node))
