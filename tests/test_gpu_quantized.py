@@ -318,14 +318,17 @@ def test_quantized_chain(backend, name):
 def test_int8_convolutions_on_integer_dot_products(monkeypatch):
     """OpenCL told that its device has 4-byte integer dot products (DeviceInfo.int8_dot; true of PoCL on x86 with
     VNNI, and conv2d_int8.cl's portable sum runs anywhere else): every convolution of dot_convs (and its
-    FULLY_CONNECTED) runs as
-    quantize_u8 + conv2d_int8, one quantize pass for the input two of them read, and all match LiteRT."""
+    FULLY_CONNECTED) runs as conv2d_int8 on codes that quantize_u8 made (the model's input, which two of them read)
+    or that their producers stored alongside their values, and all match LiteRT."""
     backend = shared_delegate("cl", quantized=True).backend  # run_gpu's
     monkeypatch.setitem(backend._info, "int8_dot", True)
     monkeypatch.setattr(conv_ops, "INT8_MIN_MACS", 0)  # these layers are small: the size that pays is a speed matter
     it = check_chain("cl", "int8_dot_convs")
-    kernels = Counter(c.kernel for c in runner_of(it).plan.kernels)
-    assert kernels["conv2d_int8"] == 5 and kernels["quantize_u8"] == 4, kernels
+    plan = runner_of(it).plan
+    kernels = Counter(c.kernel for c in plan.kernels)
+    # the model's input takes a quantize pass; the 3 other inputs' codes come with their producers' stores
+    assert kernels["conv2d_int8"] == 5 and kernels["quantize_u8"] == 1, kernels
+    assert sorted(c.kernel for c in plan.kernels if "dst_codes" in c.outputs) == ["conv2d_int8"] * 3
     # the portable sum, as a compiler without VNNI builds conv2d_int8.cl
     prelude = codegen.kernel_text("opencl/prelude.inc.cl") + "\n#undef __AVX512VNNI__\n#undef __AVXVNNI__\n"
     monkeypatch.setattr(codegen, "kernel_text", lambda name, text=codegen.kernel_text: prelude

@@ -392,13 +392,24 @@ def _cl_accessors(spec: KernelSpec, a: Arg) -> str:
         lines = [f"#define {t}_read(i) ({t}_buf[{i}])",
                  f"#define {t}_read1(j) (((__global const float*){t}_buf)[{j}])",
                  f"#define {t}_read16(i) (*(__global const float16_at4*)({t}_buf + {i}))"]
-        write = f"#define {t}_write(i, v) ({t}_buf[{i}] = (v))"
+
+        def store(v: str) -> str:
+            return f"({t}_buf[{i}] = {v})"
     else:
         # GD_VLOAD_HALF*, GD_VSTORE_HALF4: vload_half*, vstore_half4_rte, or the prelude's own on a CPU
         lines = [f"#define {t}_read(i) GD_VLOAD_HALF4({i}, {t}_buf)",
                  f"#define {t}_read1(j) GD_VLOAD_HALF({j}, {t}_buf)",
                  f"#define {t}_read16(i) GD_VLOAD_HALF16({t}_buf + 4 * {i})"]
-        write = f"#define {t}_write(i, v) GD_VSTORE_HALF4((v), {i}, {t}_buf)"
+
+        def store(v: str) -> str:
+            return f"GD_VSTORE_HALF4({v}, {i}, {t}_buf)"
+    if any(b.name == f"{t}_codes" for b in spec.args):
+        # an 8-bit tensor that integer convolutions read (ops/conv.py emit_conv_int8): each store also stores the
+        # word of its codes, at the vec4's index (t_QINV, t_QOFF: gd_code4's)
+        write = (f"#define {t}_write(i, v) do {{ float4 {t}_v_ = (v); {store(f'{t}_v_')}; "
+                 f"((__global uint*){t}_codes_buf)[i] = gd_code4({t}_v_, {t}_QINV, {t}_QOFF); }} while (0)")
+    else:
+        write = f"#define {t}_write(i, v) {store('(v)')}"
     if a.role == "out":
         lines.append(_wrapped_write(spec, a, write))
         if not _finishes(spec, a):

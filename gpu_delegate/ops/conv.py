@@ -833,6 +833,30 @@ def int8_weight_words(w: np.ndarray, block_s: int, src_slices: int) -> np.ndarra
     return np.ascontiguousarray(r.transpose(0, 3, 4, 5, 1, 2, 6)).view(np.float32).reshape(-1, 4)
 
 
+def _input_codes(ctx: LowerContext, src: int, scale: float, zero_point: int) -> int:
+    """The scratch tensor of ``src``'s codes, a 32-bit word (prelude's gd_code4) at each of its vec4 indices, made
+    once for all of its integer convolutions: stored by the kernels that write ``src`` where they write it whole
+    under its own name (each store then also stores the word: codegen._cl_accessors), else by a quantize_u8 pass
+    (a model input, a concatenation whose parts are written in place)."""
+    codes = ctx.derived.get(("codes", src))
+    if codes is not None:
+        return codes
+    b, h, w, c = ctx.bhwc(src)
+    codes = ctx.derived[("codes", src)] = ctx.scratch((1, 1, -(-b * slices(c) * h * w // 4), 4), fp32=True)
+    inv, offset = 1.0 / scale, float(zero_point + INT8_OFFSET)
+    writers = [(call, arg) for call in ctx.kernels for arg, t in call.outputs.items() if t == src]
+    view = ctx.view
+    if writers and src not in view.placed and all(parent != src for parent, _ in view.placed.values()) and \
+            all(f"{arg}_codes" not in call.outputs for call, arg in writers):
+        for call, arg in writers:
+            call.outputs[f"{arg}_codes"] = codes
+            call.defines.update({f"{arg}_QINV": inv, f"{arg}_QOFF": offset})
+    else:
+        ctx.kernel("quantize_u8", {"src": src}, {"q": codes}, defines={"INV": inv, "OFFSET": offset},
+                   grid=ctx.quads_grid(src), variants={"opencl": "quantize_u8"})
+    return codes
+
+
 def emit_conv_int8(ctx: LowerContext, node: Node, src: int, dst: int, wt: int, bias: int, stride: tuple[int, int],
                    dilation: tuple[int, int], pads: tuple[int, int]) -> bool:
     """The CONV_2D (or FULLY_CONNECTED, weights [O, K] read as [O, 1, 1, K]) as quantize_u8 + conv2d_int8 where it
@@ -873,12 +897,7 @@ def emit_conv_int8(ctx: LowerContext, node: Node, src: int, dst: int, wt: int, b
         padded[:o] = values
         return padded.view(np.float32).reshape(-1, 4)
 
-    q = ctx.derived.get(("quantize_u8", src))
-    if q is None:  # the first of the input's 8-bit convolutions makes its bytes for all of them
-        q = ctx.derived[("quantize_u8", src)] = ctx.scratch((1, 1, xb * src_s * xh * -(-xw // 4), 4), fp32=True)
-        ctx.kernel("quantize_u8", {"src": src}, {"q": q},
-                   defines={"INV": 1.0 / x_scale, "OFFSET": float(x_zp + INT8_OFFSET)}, grid=ctx.quads_grid(src),
-                   variants={"opencl": "quantize_u8"})
+    q = _input_codes(ctx, src, x_scale, x_zp)
     consts = {"w": ctx.const(f"conv_w_int8:{wt}:{block_s}:{src_s}", lambda: int8_weight_words(w, block_s, src_s), True),
               "corr": ctx.const(f"conv_corr_int8:{wt}:{bias}:{x_zp}:{channels}",
                                 lambda: per_channel(corr.astype(np.int32)), True),

@@ -1,6 +1,7 @@
 // A convolution of an 8-bit model on 4-byte integer dot products, for a CPU's OpenCL with them (x86 VNNI:
 // vpdpbusd, 64 multiply-adds an instruction where a float FMA does 16; DeviceInfo.int8_dot). The input comes as
-// quantize_u8.cl leaves it, a slice one 32-bit word of 4 unsigned bytes u = q + 128; the weights are the model's
+// its codes, a slice one 32-bit word of 4 unsigned bytes u = q + 128 at the slice's vec4 index (gd_code4: stored
+// by the input's producer alongside its values, or by quantize_u8.cl); the weights are the model's
 // int8 values, [block][ky][kx][src slice][NV][16 output channels][4 input channels] (ops/conv.py
 // int8_weight_words), so one step is a pixel's word broadcast to 16 lanes against 16 output channels x 4 inputs.
 // The sum over u * w exceeds the one over (q - zp) * w by (zp + 128) * (sum of the channel's weights); CORR, per
@@ -15,8 +16,7 @@
 
 // @include opencl/conv_store.inc.cl
 #define NV (BLOCK_S / 4)  // int16 accumulators a pixel, 16 output channels each
-#define IN_W4 (4 * ((IN_W + 3) / 4))  // words a row (quantize_u8.cl)
-#define IN_PLANE (IN_H * IN_W4)
+#define IN_PLANE (IN_H * IN_W)
 
 // GD_DOT4(acc, u, w): acc plus, in each of 16 lanes, the 4 products of u's unsigned bytes and w's signed ones
 #if defined(__AVX512VNNI__) && defined(__AVX512F__)
@@ -46,7 +46,7 @@ __attribute__((always_inline)) inline void conv_int8_block(int b, int blk, int o
     for (int kx = 0; kx < KW; kx++) {
       __global const int16* wr = w16 + ((blk * KH + ky) * KW + kx) * IN_S * NV;
       if (inside) {  // the pixels' words lie SW apart: one pointer, constant offsets (no index vector per step)
-        __global const int* qp = (__global const int*)q + (b * IN_S * IN_H + iy) * IN_W4 + ox0 * SW - PL + kx * DW;
+        __global const int* qp = (__global const int*)q + (b * IN_S * IN_H + iy) * IN_W + ox0 * SW - PL + kx * DW;
         for (int s = 0; s < IN_S; s++, wr += NV, qp += IN_PLANE) {
           int16 u[BLOCK_X];
 #pragma unroll
@@ -66,7 +66,7 @@ __attribute__((always_inline)) inline void conv_int8_block(int b, int blk, int o
       for (int p = 0; p < BLOCK_X; p++) {
         int ix = (ox0 + p) * SW - PL + kx * DW;
         tap_in[p] = row_in && ix >= 0 && ix < IN_W;
-        word[p] = (b * IN_S * IN_H + clamp(iy, 0, IN_H - 1)) * IN_W4 + clamp(ix, 0, IN_W - 1);
+        word[p] = (b * IN_S * IN_H + clamp(iy, 0, IN_H - 1)) * IN_W + clamp(ix, 0, IN_W - 1);
       }
       for (int s = 0; s < IN_S; s++, wr += NV) {
         int16 u[BLOCK_X];
@@ -90,7 +90,7 @@ __attribute__((always_inline)) inline void conv_int8_block(int b, int blk, int o
     if (ox0 + p < dst_W) {
 #pragma unroll
       for (int v = 0; v < NV; v++) {
-        float16 f = convert_float16(acc[p][v] + corr[blk * NV + v]) * scale[blk * NV + v];
+        float16 f = GD_CONVERT(acc[p][v] + corr[blk * NV + v], float16) * scale[blk * NV + v];
 #if ACT
         f = clamp(f, ACT_MIN, ACT_MAX);
 #endif

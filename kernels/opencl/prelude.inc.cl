@@ -68,6 +68,15 @@ GD_ROUND(float) GD_ROUND(float4) GD_ROUND(float16)
   }
 GD_QROUND(float4, int4, uint4) GD_QROUND(float16, int16, uint16)
 #undef GD_QROUND
+// gd_code4(v, inv, off): a vec4 of an 8-bit tensor's stored values, each (q - zp) * scale, as one 32-bit word of
+// their codes q + 128 (inv = 1 / scale, off = zp + 128), a byte each: what conv2d_int8.cl sums. The values sit
+// within a few ulps of integers, never at a rounding tie: adding 2^23 leaves the integer in the low mantissa bits
+// (PoCL calls its library for rint). A kernel's t_write also stores these where the plan gives the
+// argument a t_codes buffer (codegen._cl_accessors).
+// The low byte of each lane is the code: a conversion to uchar4 (one vpmovdb on AVX-512) packs the word.
+inline uint gd_code4(float4 v, float inv, float off) {
+  return as_uint(GD_CONVERT(as_uint4(clamp(v * inv + off, 0.0f, 255.0f) + 8388608.0f), uchar4));
+}
 // fp16 storage: t_read, t_read1, t_read16 and t_write go through GD_VLOAD_HALF4, GD_VLOAD_HALF (one value: the 1x1
 // convolutions' inner loop), GD_VLOAD_HALF16 and GD_VSTORE_HALF4: OpenCL's vload_half4, vload_half, vload_half16
 // and vstore_half4_rte, which a GPU's compiler turns into instructions and PoCL calls from its library, vloadN
