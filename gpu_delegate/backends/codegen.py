@@ -393,27 +393,40 @@ def _cl_accessors(spec: KernelSpec, a: Arg) -> str:
                  f"#define {t}_read1(j) (((__global const float*){t}_buf)[{j}])",
                  f"#define {t}_read16(i) (*(__global const float16_at4*)({t}_buf + {i}))"]
 
-        def store(v: str) -> str:
-            return f"({t}_buf[{i}] = {v})"
+        def store(index: str, v: str) -> str:
+            return f"({t}_buf[{_at(a, index)}] = {v})"
     else:
         # GD_VLOAD_HALF*, GD_VSTORE_HALF4: vload_half*, vstore_half4_rte, or the prelude's own on a CPU
         lines = [f"#define {t}_read(i) GD_VLOAD_HALF4({i}, {t}_buf)",
                  f"#define {t}_read1(j) GD_VLOAD_HALF({j}, {t}_buf)",
                  f"#define {t}_read16(i) GD_VLOAD_HALF16({t}_buf + 4 * {i})"]
 
-        def store(v: str) -> str:
-            return f"GD_VSTORE_HALF4({v}, {i}, {t}_buf)"
+        def store(index: str, v: str) -> str:
+            return f"GD_VSTORE_HALF4({v}, {_at(a, index)}, {t}_buf)"
+    if a.role != "out":
+        return "\n".join(lines) + "\n"
+    # t_store16(i4, v, n): the first n (of 4) vec4 of float16 v at indices i4.x, i4.y, ... as they are (the wide
+    # kernels' stores, after t_finish16)
+    v16, i4, n = f"{t}_v16_", f"{t}_i4_", f"{t}_n_"
+    parts = list(zip(("s0123", "s4567", "s89ab", "scdef"), "xyzw"))
+    head = f"#define {t}_store16(i4, v, n) do {{ float16 {v16} = (v); int4 {i4} = (i4); int {n} = (n); "
     if any(b.name == f"{t}_codes" for b in spec.args):
         # an 8-bit tensor that integer convolutions read (ops/conv.py emit_conv_int8): each store also stores the
-        # word of its codes, at the vec4's index (t_QINV, t_QOFF: gd_code4's)
-        write = (f"#define {t}_write(i, v) do {{ float4 {t}_v_ = (v); {store(f'{t}_v_')}; "
-                 f"((__global uint*){t}_codes_buf)[i] = gd_code4({t}_v_, {t}_QINV, {t}_QOFF); }} while (0)")
+        # word of its codes at the vec4's index (prelude's gd_code4, gd_code16; t_QINV, t_QOFF their constants)
+        codes = f"((__global uint*){t}_codes_buf)"
+        write = (f"#define {t}_write(i, v) do {{ float4 {t}_v_ = (v); {store('(i)', f'{t}_v_')}; "
+                 f"{codes}[i] = gd_code4({t}_v_, {t}_QINV, {t}_QOFF); }} while (0)")
+        store16 = head + f"uint4 {t}_w4_ = gd_code16({v16}, {t}_QINV, {t}_QOFF); " + " ".join(
+            f"if ({n} > {k}) {{ {store(f'{i4}.{c}', f'{v16}.{p}')}; {codes}[{i4}.{c}] = {t}_w4_.{c}; }}"
+            for k, (p, c) in enumerate(parts)) + " } while (0)"
     else:
-        write = f"#define {t}_write(i, v) {store('(v)')}"
-    if a.role == "out":
-        lines.append(_wrapped_write(spec, a, write))
-        if not _finishes(spec, a):
-            lines.append(f"#define {t}_store(i, v) {t}_write((i), (v))")
+        write = f"#define {t}_write(i, v) {store('(i)', '(v)')}"
+        store16 = head + " ".join(f"if ({n} > {k}) {store(f'{i4}.{c}', f'{v16}.{p}')};"
+                                  for k, (p, c) in enumerate(parts)) + " } while (0)"
+    lines.append(_wrapped_write(spec, a, write))
+    if not _finishes(spec, a):
+        lines.append(f"#define {t}_store(i, v) {t}_write((i), (v))")
+    lines.append(store16)
     return "\n".join(lines) + "\n"
 
 

@@ -224,7 +224,7 @@ def _lower_concat(ctx: LowerContext, node: Node, parts: list[tuple[int, BHWC]], 
         if wide:
             helpers += (f"#define PART_VEC16(k, b, y, x, s) {_chain(vec16s)}\n#define OUT_W {out}_W\n"
                         f"#define OUT_FINISH16(v, i) {out}_finish16(v, i BUFS)\n"
-                        f"#define OUT_STORE(i, v) {out}_store(i, v)\n")
+                        f"#define OUT_STORE16(i4, v, n) {out}_store16(i4, v, n)\n")
             ctx.kernel("concat", inputs, {out: dst}, consts, defines, grid=ctx.quads_grid(dst), helpers=helpers,
                        variants={"opencl": "concat"})
             continue

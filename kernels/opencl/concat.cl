@@ -1,7 +1,7 @@
 // OpenCL's version of dialect/concat.dialect for a CPU device (ops/layout.py, LowerContext.cpu_opencl) where every
 // part is read a vec4 at a time (VEC4) and the parts are joined along the batch, the height or the channels, not
 // the width: a work item takes 4 consecutive pixels of a row of one slice, which lie in one part, as one float16
-// (PART_VEC16: one 64-byte load), and finishes and stores them at once (OUT_FINISH16, OUT_STORE); a row's last
+// (PART_VEC16: one 64-byte load), and finishes and stores them at once (OUT_FINISH16, OUT_STORE16); a row's last
 // work item of fewer than 4 pixels takes them one by one. Same macros and passes as the dialect's, plus OUT_W.
 // Grid (ceil(W / 4), H, B * S) of dst. PoCL, all concatenations of a plan: NASNetMobile 1.67 -> 1.07 ms,
 // DenseNet121 int8 0.44 -> 0.25 ms.
@@ -34,10 +34,7 @@ if (!in_pass(k)) {
 }
 if (x0 + 3 < OUT_W) {
   float16 v = OUT_FINISH16(PART_VEC16(k, pb, py, x0, ps), (int4)(i) + (int4)(0, 1, 2, 3));
-  OUT_STORE(i, v.s0123);
-  OUT_STORE(i + 1, v.s4567);
-  OUT_STORE(i + 2, v.s89ab);
-  OUT_STORE(i + 3, v.scdef);
+  OUT_STORE16((int4)(i) + (int4)(0, 1, 2, 3), v, 4);
 } else {
   for (int p = 0; x0 + p < OUT_W; p++) {
     OUT_WRITE(i + p, PART_VEC(k, pb, py, x0 + p, ps));

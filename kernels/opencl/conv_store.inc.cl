@@ -5,9 +5,5 @@ __attribute__((always_inline)) inline void conv_store16(float16 v, int base, int
   const int plane = dst_H * dst_W;
   // a slice past dst_S reads its post-op operands at the last slice
   v = dst_finish16(v, (int4)(base) + min((int4)(os) + (int4)(0, 1, 2, 3), (int4)(dst_S - 1)) * plane BUFS);
-  int o = base + os * plane;
-  if (os < dst_S) dst_store(o, v.s0123);
-  if (os + 1 < dst_S) dst_store(o + plane, v.s4567);
-  if (os + 2 < dst_S) dst_store(o + 2 * plane, v.s89ab);
-  if (os + 3 < dst_S) dst_store(o + 3 * plane, v.scdef);
+  dst_store16((int4)(base + os * plane) + (int4)(0, 1, 2, 3) * plane, v, dst_S - os);
 }

@@ -11,10 +11,7 @@ int x0 = 4 * GID_X;
 int i = dst_idx(b, GID_Y, x0, s);
 if (x0 + 3 < dst_W) {
   float16 v = dst_finish16(src_read16(i), (int4)(i) + (int4)(0, 1, 2, 3) BUFS);
-  dst_store(i, v.s0123);
-  dst_store(i + 1, v.s4567);
-  dst_store(i + 2, v.s89ab);
-  dst_store(i + 3, v.scdef);
+  dst_store16((int4)(i) + (int4)(0, 1, 2, 3), v, 4);
 } else {
   for (int k = 0; x0 + k < dst_W; k++) {
     dst_write(i + k, src_read(i + k));

@@ -66,10 +66,7 @@ __attribute__((always_inline)) inline void dw_wide(int b, int s, int oy, int ox0
     int o = dst_idx(b, oy, ox, s);
     // the post-ops of the 4 pixels at once (a pixel past the row reads its operands at the row's last)
     v = dst_finish16(v, (int4)(o - ox) + min((int4)(ox) + (int4)(0, 1, 2, 3), (int4)(dst_W - 1)) BUFS);
-    if (ox < dst_W) dst_store(o, v.s0123);
-    if (ox + 1 < dst_W) dst_store(o + 1, v.s4567);
-    if (ox + 2 < dst_W) dst_store(o + 2, v.s89ab);
-    if (ox + 3 < dst_W) dst_store(o + 3, v.scdef);
+    dst_store16((int4)(o) + (int4)(0, 1, 2, 3), v, dst_W - ox);
   }
 }
 #endif

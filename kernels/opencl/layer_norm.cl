@@ -26,5 +26,5 @@ for (int s = 0; s < src_S; s++) {
   float16 inv = r * SPREAD4(gamma_read(s));
   float16 v = pixels4(b, y, x0, s BUFS) * inv + (SPREAD4(beta_read(s)) - mean * inv);
   int o = dst_idx(b, y, x0, s);
-  DST_STORE4(o, x0, dst_finish16(v, DST_PIXELS(o, x0) BUFS))
+  DST_STORE4(o, x0, dst_finish16(v, DST_PIXELS(o, x0) BUFS));
 }

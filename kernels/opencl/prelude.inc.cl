@@ -77,6 +77,10 @@ GD_QROUND(float4, int4, uint4) GD_QROUND(float16, int16, uint16)
 inline uint gd_code4(float4 v, float inv, float off) {
   return as_uint(GD_CONVERT(as_uint4(clamp(v * inv + off, 0.0f, 255.0f) + 8388608.0f), uchar4));
 }
+// gd_code16: the words of 4 vec4 at once (a wide kernel's t_store16)
+inline uint4 gd_code16(float16 v, float inv, float off) {
+  return as_uint4(GD_CONVERT(as_uint16(clamp(v * inv + off, 0.0f, 255.0f) + 8388608.0f), uchar16));
+}
 // fp16 storage: t_read, t_read1, t_read16 and t_write go through GD_VLOAD_HALF4, GD_VLOAD_HALF (one value: the 1x1
 // convolutions' inner loop), GD_VLOAD_HALF16 and GD_VSTORE_HALF4: OpenCL's vload_half4, vload_half, vload_half16
 // and vstore_half4_rte, which a GPU's compiler turns into instructions and PoCL calls from its library, vloadN

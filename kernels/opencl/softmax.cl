@@ -21,7 +21,7 @@ for (int s = 0; s < src_S; s++) {
   float16 e = exp((pixels4(b, y, x0, s BUFS) - mx) * BETA);
   sum += valid_lanes16(e, s, 0.0f);
 #if !LOG_SOFTMAX
-  DST_STORE4(dst_idx(b, y, x0, s), x0, e)
+  DST_STORE4(dst_idx(b, y, x0, s), x0, e);
 #endif
 }
 sum = QUARTERS_SUM(sum);
@@ -36,5 +36,5 @@ for (int s = 0; s < src_S; s++) {
 #else
   float16 v = (float16)(dst_read(px.x), dst_read(px.y), dst_read(px.z), dst_read(px.w)) / sum;
 #endif
-  DST_STORE4(o, x0, dst_finish16(v, px BUFS))
+  DST_STORE4(o, x0, dst_finish16(v, px BUFS));
 }

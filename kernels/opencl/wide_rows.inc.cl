@@ -21,9 +21,4 @@ float16 valid_lanes16(float16 v, int s, float fill) {
 // the 4 pixels' indices (past the row: its last pixel) from dst's vec4 index o of pixel x0 on
 #define DST_PIXELS(o, x0) ((int4)((o) - (x0)) + min((int4)(x0) + (int4)(0, 1, 2, 3), (int4)(dst_W - 1)))
 // stores those of the 4 pixels of v from x0 (vec4 index o) on that lie within the row
-#define DST_STORE4(o, x0, v) { \
-  dst_store(o, (v).s0123); \
-  if ((x0) + 1 < dst_W) dst_store((o) + 1, (v).s4567); \
-  if ((x0) + 2 < dst_W) dst_store((o) + 2, (v).s89ab); \
-  if ((x0) + 3 < dst_W) dst_store((o) + 3, (v).scdef); \
-}
+#define DST_STORE4(o, x0, v) dst_store16((int4)(o) + (int4)(0, 1, 2, 3), (v), dst_W - (x0))
