@@ -264,12 +264,14 @@ def dot_convs(seed: int = 15) -> QModel:
     """int8 CONV_2Ds of the kind that sum integer dot products where the device has them (ops/conv.py
     emit_conv_int8: output channels x taps >= INT8_MIN_PRODUCTS; layers this small only with INT8_MIN_MACS 0):
     partial input and output slices, batch 2, SAME padding with the input's non-zero zero point, stride 2,
-    dilation, per-tensor and per-channel weights, RELU and RELU6, two convolutions of one input (which share its
-    quantize pass), and a FULLY_CONNECTED whose rows are pixels."""
+    dilation, per-tensor and per-channel weights, RELU and RELU6, convolutions of one input (which share its
+    quantize pass; two of them of one shape), and a FULLY_CONNECTED whose rows are pixels."""
     b = QModel(np.int8, seed)
     b.input("x", [2, 9, 11, 6], (0.04, -9))
     b.conv("x", "c3x3_40_relu", 40, 3, 1, per_channel=True, act="RELU")
     b.conv("x", "c3x3_s2_30_relu6", 30, 3, 2, per_channel=False, act="RELU6")
+    for name in ("c3x3_s2_24_a", "c3x3_s2_24_b"):  # two layers of one shape (and two output grids)
+        b.conv("x", name, 24, 3, 2, per_channel=True, act="RELU")
     b.conv("c3x3_40_relu", "c1x1_264", 264, 1, 1, per_channel=True)
     b.conv("c1x1_264", "c3x3_d2_32", 32, 3, 1, per_channel=True, dilation_h_factor=2, dilation_w_factor=2)
     wt = b.weights([130, 30], 30)  # per-tensor, as TFLite's converter quantizes a FULLY_CONNECTED
@@ -327,8 +329,19 @@ def test_int8_convolutions_on_integer_dot_products(monkeypatch):
     plan = runner_of(it).plan
     kernels = Counter(c.kernel for c in plan.kernels)
     # the model's input takes a quantize pass; the 3 other inputs' codes come with their producers' stores
-    assert kernels["conv2d_int8"] == 5 and kernels["quantize_u8"] == 1, kernels
+    assert kernels["conv2d_int8"] == 7 and kernels["quantize_u8"] == 1, kernels
     assert sorted(c.kernel for c in plan.kernels if "dst_codes" in c.outputs) == ["conv2d_int8"] * 3
+    feeds = model("int8_dot_convs")[0].feeds
+    plain = run(it, feeds)
+    # a crowded plan (past the kernels the driver keeps loaded): the shapes and constants become arguments
+    from gpu_delegate.backends.opencl import OpenCLBackend
+    monkeypatch.setattr(OpenCLBackend, "loaded_kernels", 1)
+    it = check_chain("cl", "int8_dot_convs")
+    programs = [p for p in runner_of(it).programs if p.name == "conv2d_int8"]
+    assert len(programs) == 7 and len({p.source for p in programs}) == 6  # the two of one shape share theirs
+    assert sum(p.spec.runtime_constants for p in programs) == 2
+    for got, want in zip(run(it, feeds), plain, strict=True):
+        np.testing.assert_array_equal(got, want)
     # the portable sum, as a compiler without VNNI builds conv2d_int8.cl
     prelude = codegen.kernel_text("opencl/prelude.inc.cl") + "\n#undef __AVX512VNNI__\n#undef __AVXVNNI__\n"
     monkeypatch.setattr(codegen, "kernel_text", lambda name, text=codegen.kernel_text: prelude

@@ -800,18 +800,20 @@ def lower_conv2d(node: Node, ctx: LowerContext) -> None:
 # kernels/opencl/conv2d_int8.cl sums bytes times the model's int8 weights in int32, as LiteRT does, 64 products an
 # instruction. PoCL on AVX-512 VNNI, 1x1 layers alone: ~400 GOP/s, 2.5x the float kernels.
 INT8_OFFSET = 128  # u = q + 128 makes an int8 code the unsigned byte vpdpbusd takes
-# Where the input's quantize pass and a second launch cost more than the dot products save: an input value taking
-# part in fewer products (output channels x taps) than INT8_MIN_PRODUCTS, or a layer of fewer multiply-adds than
-# INT8_MIN_MACS. PoCL, AVX-512 VNNI, each layer alone against the float kernels: ResNet50's 3x3 layers 0.37-0.68x
-# the time, DenseNet121's 3x3 ones of 288 products 0.58x at 32x32 pixels (38M multiply-adds), 0.8x at 16x16, 1.0-1.15x
-# at 8x8, 1.3x at 4x4; its 1x1 ones of 128 products 0.65-1.09x above 8M, 0.88-1.18x below; MobileNetV2's 1x1 of 16-64
-# products 1.1-1.6x. Over all layers of 128+ products and 8M+ (DenseNet121 int8 0.86x the time of its convolutions;
-# 256+ products: 0.91x).
-INT8_MIN_PRODUCTS = 128
-INT8_MIN_MACS = 8_000_000
+# Layers too small for the dot products to pay (the codes their input's producer stores, a second kernel where a
+# quantize pass makes them): an input value taking part in fewer products (output channels x taps) than
+# INT8_MIN_PRODUCTS, or fewer multiply-adds than INT8_MIN_MACS. PoCL, AVX-512 VNNI, whole int8 models A/B against
+# 128 products and 8M multiply-adds (what paid while every input took a quantize pass): DenseNet121 0.73x the time,
+# EfficientNetB0 0.84x, EfficientNetV2B0 0.81x, MobileNetV2 0.81x, MobileNetV3Large 0.90x, NASNetMobile 0.84x,
+# ResNet50 0.97x; every layer (1 and 0) against these: 0.93-1.09x, within the host's noise.
+INT8_MIN_PRODUCTS = 32
+INT8_MIN_MACS = 1_000_000
 # Except where the weights outnumber the input's values this many times: the layer is bound by reading them, and
-# int8's are a quarter of the bytes (a classifier's 1280 x 1000: 125 -> ~30 us; MobileNetV2's 7x7 layers of 160 x 960)
+# int8's are a quarter of the bytes (a classifier's 1280 x 1000: 125 -> ~30 us)
 INT8_WEIGHT_BOUND = 16
+# conv2d_int8's defines that a crowded plan passes as kernel arguments (with its channel counts: the file's
+# `@runtime_channels crowded`): the window's size, strides and dilations stay constants of the code
+INT8_RUNTIME_DEFINES = ("IN_H", "IN_W", "IN_S", "PT", "PL", "DST_BLOCKS", "PAD_WORD")
 
 
 def _raw(ctx: LowerContext, t: int, dtype: np.dtype) -> np.ndarray | None:
@@ -842,7 +844,9 @@ def _input_codes(ctx: LowerContext, src: int, scale: float, zero_point: int) -> 
     if codes is not None:
         return codes
     b, h, w, c = ctx.bhwc(src)
-    codes = ctx.derived[("codes", src)] = ctx.scratch((1, 1, -(-b * slices(c) * h * w // 4), 4), fp32=True)
+    # a word per vec4 of src: shaped as src with a channel per slice (room for all), so that layers differing in
+    # channels alone share their programs in a crowded plan (a shape's channels can be kernel arguments)
+    codes = ctx.derived[("codes", src)] = ctx.scratch((b, h, w, slices(c)), fp32=True)
     inv, offset = 1.0 / scale, float(zero_point + INT8_OFFSET)
     writers = [(call, arg) for call in ctx.kernels for arg, t in call.outputs.items() if t == src]
     view = ctx.view
@@ -851,6 +855,8 @@ def _input_codes(ctx: LowerContext, src: int, scale: float, zero_point: int) -> 
         for call, arg in writers:
             call.outputs[f"{arg}_codes"] = codes
             call.defines.update({f"{arg}_QINV": inv, f"{arg}_QOFF": offset})
+            # kernel arguments in a crowded plan: layers differing in their grids alone share a program
+            call.constants = (*call.constants, f"{arg}_QINV", f"{arg}_QOFF")
     else:
         ctx.kernel("quantize_u8", {"src": src}, {"q": codes}, defines={"INV": inv, "OFFSET": offset},
                    grid=ctx.quads_grid(src), variants={"opencl": "quantize_u8"})
@@ -911,7 +917,7 @@ def emit_conv_int8(ctx: LowerContext, node: Node, src: int, dst: int, wt: int, b
                         "PAD_WORD": pad_word - 2**32 if pad_word >= 2**31 else pad_word,
                         **act_defines(activation(node))}
     ctx.kernel("conv2d_int8", {"q": q}, {"dst": dst}, consts, defines, (-(-ow // block_x), oh, ob * blocks),
-               variants={"opencl": "conv2d_int8"})
+               variants={"opencl": "conv2d_int8"}, constants=INT8_RUNTIME_DEFINES)
     return True
 
 

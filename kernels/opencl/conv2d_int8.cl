@@ -14,6 +14,7 @@
 // BLOCK_X), dst_H, dst_B * DST_BLOCKS), as conv2d's. PoCL, AVX-512 VNNI, 1x1 layers alone: ~400 GOP/s, 2.5x
 // the float kernels (conv2d_1x1.cl, ~160 GFLOP/s).
 
+// @runtime_channels crowded
 // @include opencl/conv_store.inc.cl
 #define NV (BLOCK_S / 4)  // int16 accumulators a pixel, 16 output channels each
 #define IN_PLANE (IN_H * IN_W)
