@@ -13,7 +13,15 @@ from gpu_delegate.cpu.quant import dequantize, quantize
 from gpu_delegate.tflite import read_model
 from gpu_delegate.tflite.writer import ModelBuilder
 
-from .reference import assert_float_close, assert_quant_close, need_models, random_inputs, run, run_litert
+from .reference import (
+    assert_float_close,
+    assert_quant_close,
+    need_models,
+    random_inputs,
+    run,
+    run_litert,
+    run_wholly_on_gpu,
+)
 from .reference import shared_delegate as delegate
 
 I32 = np.int32
@@ -255,3 +263,34 @@ def test_unsupported_nodes_say_why(backend):
         assert isinstance(verdict, str) and words in verdict, verdict
     # run-time int32 indices and joins of more than 8 inputs run on the GPU since issue 16
     assert verdicts[2:] == [True, True]
+
+
+def keras3_upsampling(shape: tuple[int, int, int, int], ky: int, kx: int) -> list[tuple]:
+    """Keras 3's nearest UpSampling2D (ops.repeat over H, then W) as its TFLite converter writes it: RESHAPE, TILE,
+    RESHAPE, TILE, RESHAPE, the rank-5 steps of batch 1."""
+    b, h, w, c = shape
+    return [("RESHAPE", ["x", np.array([b, h, 1, w, c], I32)], [("r1", [b, h, 1, w, c])], {}),
+            ("TILE", ["r1", np.array([1, 1, ky, 1, 1], I32)], [("t1", [b, h, ky, w, c])], {}),
+            ("RESHAPE", ["t1", np.array([b, h * ky, w, 1, c], I32)], [("r2", [b, h * ky, w, 1, c])], {}),
+            ("TILE", ["r2", np.array([1, 1, 1, kx, 1], I32)], [("t2", [b, h * ky, w, kx, c])], {}),
+            ("RESHAPE", ["t2", np.array([b, h * ky, w * kx, c], I32)], [("up", [b, h * ky, w * kx, c])], {})]
+
+
+def test_keras3_nearest_upsampling_is_one_resize(backend):
+    """The chain of five nodes runs as one nearest resize (lowering/fuse_repeat.py), bit for bit LiteRT's, for
+    unequal factors and channels that do not fill a slice; a TILE that repeats the whole tensor instead (a
+    concatenation of copies, not a repeat of each pixel) keeps its own kernels, also LiteRT's values."""
+    shape = (1, 3, 5, 6)
+    content = build([("x", list(shape))], keras3_upsampling(shape, 2, 3), ["up"])
+    inputs = random_inputs(content)
+    kernels, outs = run_wholly_on_gpu(content, inputs, backend)
+    np.testing.assert_array_equal(outs[0], run_litert(content, inputs)[0])
+    assert kernels == ["resize"], kernels
+
+    whole = [("RESHAPE", ["x", np.array([1, 1, 3, 5, 6], I32)], [("r1", [1, 1, 3, 5, 6])], {}),
+             ("TILE", ["r1", np.array([1, 2, 1, 1, 1], I32)], [("t1", [1, 2, 3, 5, 6])], {}),
+             ("RESHAPE", ["t1", np.array([1, 6, 5, 6], I32)], [("up", [1, 6, 5, 6])], {})]
+    content = build([("x", list(shape))], whole, ["up"])
+    kernels, outs = run_wholly_on_gpu(content, inputs, backend)
+    np.testing.assert_array_equal(outs[0], run_litert(content, inputs)[0])
+    assert "resize" not in kernels, kernels

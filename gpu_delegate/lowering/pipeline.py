@@ -13,6 +13,7 @@ from . import (
     fuse_layer_norm,
     fuse_matmul_softmax,
     fuse_matmul_transpose,
+    fuse_repeat,
     memory,
     merge_pad,
     pad_channels,
@@ -35,8 +36,8 @@ def build_plan(graph: Graph, nodes: list[int], inputs: list[int], outputs: list[
     view = PartitionView(graph, list(nodes), {t: collapse(s) for t, s in shapes.items()}, list(inputs),
                          list(outputs), ops=dict(ops))
     ctx = LowerContext(view, device_type, max_buffers, api, vector_width, int8_dot, quantized)
-    results: list[PassResult] = [fold_constants.run(view), drop_reshape.run(view), merge_pad.run(view),
-                                 fuse_layer_norm.run(view), fuse_matmul_transpose.run(view),
+    results: list[PassResult] = [fold_constants.run(view), fuse_repeat.run(view), drop_reshape.run(view),
+                                 merge_pad.run(view), fuse_layer_norm.run(view), fuse_matmul_transpose.run(view),
                                  fuse_matmul_softmax.run(view), pad_channels.run(view),
                                  fuse_elementwise.run(view, quantized, ctx.operand_const, ctx.table_const)]
     pad_channels.restore(view, results[-2])
