@@ -22,7 +22,7 @@ import numpy as np
 from ..graph import ACT_NONE, Graph, Node
 from ..phwc4 import slices
 from .context import GpuOp, LowerContext
-from .plan import CodeTable
+from .fused_op import FusedOp
 from .postops import ACTIVATION_EXPR
 from .view import PartitionView, PassResult
 
@@ -38,22 +38,10 @@ class LayerNorm:
     add: GpuOp  # the chain's last ADD's own op, whose CPU form is still that node's meaning
 
 
-class LayerNormOp:
+class LayerNormOp(FusedOp):
     """Stands in as the op of the chain's last ADD (a subclass per chain, from ``op_for``)."""
 
     layer_norm: ClassVar[LayerNorm]
-
-    @staticmethod
-    def gpu_expr(node: Node, graph: Graph) -> str | None:
-        return None  # a reduction, never a post-op of another kernel
-
-    @staticmethod
-    def gpu_table(node: Node, graph: Graph) -> CodeTable | None:
-        return None
-
-    @classmethod
-    def run_cpu(cls, node: Node, graph: Graph, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
-        return cls.layer_norm.add.run_cpu(node, graph, inputs)
 
     @classmethod
     def lower(cls, node: Node, graph: Graph, ctx: LowerContext) -> None:
@@ -77,6 +65,7 @@ def op_for(layer_norm: LayerNorm) -> type[LayerNormOp]:
         pass
 
     Fused.layer_norm = layer_norm
+    Fused.original = layer_norm.add
     return Fused
 
 

@@ -21,7 +21,7 @@ import numpy as np
 
 from ..graph import Graph, Node
 from .context import GpuOp, LowerContext
-from .plan import CodeTable
+from .fused_op import FusedOp
 from .view import PartitionView, PassResult
 
 CHAIN_OPS = ("RESHAPE", "TILE")
@@ -35,22 +35,10 @@ class Repeat:
     last: GpuOp  # the chain's last node's own op, whose CPU form is still that node's meaning
 
 
-class RepeatOp:
+class RepeatOp(FusedOp):
     """Stands in as the op of the chain's last node (a subclass per chain, from ``op_for``)."""
 
     repeat: ClassVar[Repeat]
-
-    @staticmethod
-    def gpu_expr(node: Node, graph: Graph) -> str | None:
-        return None
-
-    @staticmethod
-    def gpu_table(node: Node, graph: Graph) -> CodeTable | None:
-        return None
-
-    @classmethod
-    def run_cpu(cls, node: Node, graph: Graph, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
-        return cls.repeat.last.run_cpu(node, graph, inputs)
 
     @classmethod
     def lower(cls, node: Node, graph: Graph, ctx: LowerContext) -> None:
@@ -66,6 +54,7 @@ def op_for(repeat: Repeat) -> type[RepeatOp]:
         pass
 
     Fused.repeat = repeat
+    Fused.original = repeat.last
     return Fused
 
 

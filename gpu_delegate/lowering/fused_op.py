@@ -1,0 +1,31 @@
+"""The op that stands in for the last node of a chain a pass fused into one kernel (fuse_layer_norm.py,
+fuse_repeat.py): the pass sets it as that node's op in the view, and ``lower`` emits the chain's kernel."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import numpy as np
+
+from ..graph import Graph, Node
+from .context import GpuOp
+from .plan import CodeTable
+
+
+class FusedOp:
+    """No post-op form of its own (a fused chain is never a post-op of another kernel); its CPU form is still its
+    node's own op (``original``). A pass subclasses it per chain with ``lower`` and sets ``original``."""
+
+    original: ClassVar[GpuOp]
+
+    @staticmethod
+    def gpu_expr(node: Node, graph: Graph) -> str | None:
+        return None
+
+    @staticmethod
+    def gpu_table(node: Node, graph: Graph) -> CodeTable | None:
+        return None
+
+    @classmethod
+    def run_cpu(cls, node: Node, graph: Graph, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
+        return cls.original.run_cpu(node, graph, inputs)
