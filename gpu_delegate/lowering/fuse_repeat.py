@@ -25,6 +25,7 @@ from .fused_op import FusedOp
 from .view import PartitionView, PassResult
 
 CHAIN_OPS = ("RESHAPE", "TILE")
+MAX_CHECKED = 1 << 24  # values of a chain's tensor checked on its indices (int32: 64 MB at most)
 
 
 @dataclass(frozen=True, eq=False)
@@ -90,10 +91,12 @@ def match(view: PartitionView, first: Node, readers: dict[int, list[int]], names
     shape = tuple(view.shapes[source])
     if len(shape) != 4 or min(shape) < 1:
         return "its input is not a non-empty NHWC tensor"
-    indices = np.arange(int(np.prod(shape)), dtype=np.int64).reshape(shape)
+    indices = np.arange(int(np.prod(shape)), dtype=np.int32).reshape(shape)
     values = indices
     node, chain = first, []
     while True:
+        if int(np.prod(_shape(view, node.outputs[0]))) > MAX_CHECKED:
+            return f"its tensors are too large to check on their indices (over {MAX_CHECKED} values)"
         applied = _applied(view, node, values)
         if applied is None or _grid(view, node.outputs[0]) != _grid(view, source):
             return "a node of the chain is not a plain reshape or tile of its input's values"
