@@ -11,11 +11,11 @@ int i = src_idx(b, GID_Y, x0, s);
 int word = ((b * src_S + s) * src_H + GID_Y) * src_W + x0;
 __global uint* q = (__global uint*)q_buf;
 if (x0 + 3 < src_W) {
-  float16 v = src_read16(i);
-  q[word] = gd_code4(v.s0123, INV, OFFSET);
-  q[word + 1] = gd_code4(v.s4567, INV, OFFSET);
-  q[word + 2] = gd_code4(v.s89ab, INV, OFFSET);
-  q[word + 3] = gd_code4(v.scdef, INV, OFFSET);
+  uint4 w = gd_code16(src_read16(i), INV, OFFSET);
+  q[word] = w.x;
+  q[word + 1] = w.y;
+  q[word + 2] = w.z;
+  q[word + 3] = w.w;
 } else {
   for (int k = 0; x0 + k < src_W; k++) q[word + k] = gd_code4(src_read(i + k), INV, OFFSET);
 }
