@@ -39,7 +39,7 @@ class LayerNorm:
 
 
 class LayerNormOp(FusedOp):
-    """Stands in as the op of the chain's last ADD (a subclass per chain, from ``op_for``)."""
+    """Stands in as the op of the chain's last ADD (a subclass per chain: ``for_chain``)."""
 
     layer_norm: ClassVar[LayerNorm]
 
@@ -58,15 +58,6 @@ class LayerNormOp(FusedOp):
         grid, variants = ctx.pixels_layout(ln.source, "layer_norm")
         ctx.kernel("layer_norm", {"src": ln.source}, {"dst": node.outputs[0]}, {"gamma": gamma, "beta": beta},
                    {"EPS": ln.eps}, grid=grid, variants=variants)
-
-
-def op_for(layer_norm: LayerNorm) -> type[LayerNormOp]:
-    class Fused(LayerNormOp):
-        pass
-
-    Fused.layer_norm = layer_norm
-    Fused.original = layer_norm.add
-    return Fused
 
 
 class _Chain:
@@ -235,7 +226,7 @@ def run(view: PartitionView) -> PassResult:
             result.declined.append(f"{node}: {found}")
             continue
         final = chain.nodes[-1]
-        view.ops[final] = op_for(found)
+        view.ops[final] = LayerNormOp.for_chain(found.add, layer_norm=found)
         for k in range(len(graph.nodes[final].inputs)):
             view.read_as[(final, k)] = found.source
         removed.update(chain.nodes[:-1])

@@ -37,7 +37,7 @@ class Repeat:
 
 
 class RepeatOp(FusedOp):
-    """Stands in as the op of the chain's last node (a subclass per chain, from ``op_for``)."""
+    """Stands in as the op of the chain's last node (a subclass per chain: ``for_chain``)."""
 
     repeat: ClassVar[Repeat]
 
@@ -48,15 +48,6 @@ class RepeatOp(FusedOp):
         defines: dict[str, int | float | str] = {"BILINEAR": 0, "ALIGN_CORNERS": 0, "HALF_PIXEL": 1,
                                                  "SCALE_Y": 1.0 / r.ky, "SCALE_X": 1.0 / r.kx}
         ctx.kernel("resize", {"src": r.source}, {"dst": dst}, defines=defines, grid=ctx.grid(dst))
-
-
-def op_for(repeat: Repeat) -> type[RepeatOp]:
-    class Fused(RepeatOp):
-        pass
-
-    Fused.repeat = repeat
-    Fused.original = repeat.last
-    return Fused
 
 
 def _shape(view: PartitionView, t: int) -> tuple[int, ...]:
@@ -133,7 +124,7 @@ def run(view: PartitionView) -> PassResult:
             continue
         chain, repeat = found
         final = chain[-1]
-        view.ops[final] = op_for(repeat)
+        view.ops[final] = RepeatOp.for_chain(repeat.last, repeat=repeat)
         view.read_as[(final, 0)] = repeat.source
         removed.update(chain[:-1])
         view.nodes = [m for m in view.nodes if m not in removed]

@@ -3,7 +3,7 @@ fuse_repeat.py): the pass sets it as that node's op in the view, and ``lower`` e
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import ClassVar, Self, cast
 
 import numpy as np
 
@@ -14,7 +14,7 @@ from .plan import CodeTable
 
 class FusedOp:
     """No post-op form of its own (a fused chain is never a post-op of another kernel); its CPU form is still its
-    node's own op (``original``). A pass subclasses it per chain with ``lower`` and sets ``original``."""
+    node's own op (``original``). A pass subclasses it with ``lower`` and makes one class per chain (``for_chain``)."""
 
     original: ClassVar[GpuOp]
 
@@ -29,3 +29,9 @@ class FusedOp:
     @classmethod
     def run_cpu(cls, node: Node, graph: Graph, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
         return cls.original.run_cpu(node, graph, inputs)
+
+    @classmethod
+    def for_chain(cls, original: GpuOp, **chain: object) -> type[Self]:
+        """A subclass for one chain: ``original`` the op of the node it stands in for, ``chain`` the class attributes
+        its ``lower`` reads."""
+        return cast(type[Self], type(cls.__name__, (cls,), {"original": original, **chain}))
