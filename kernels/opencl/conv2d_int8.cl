@@ -30,6 +30,13 @@
                             (((u) >> 16) & 255) * (((w) << 8) >> 24) + (((u) >> 24) & 255) * ((w) >> 24))
 #endif
 
+// DOT_STEP(acc, u, wr): every pixel's accumulators plus its word u[p] against the NV weight vectors from wr on
+#define DOT_STEP(acc, u, wr) \
+  _Pragma("unroll") for (int v = 0; v < NV; v++) { \
+    int16 wv = (wr)[v]; \
+    _Pragma("unroll") for (int p = 0; p < BLOCK_X; p++) (acc)[p][v] = GD_DOT4((acc)[p][v], (u)[p], wv); \
+  }
+
 // inside: every tap of the work item lies inside the input (no clamped indices or pad words). Both call sites
 // pass a constant and get their own inlined copy.
 __attribute__((always_inline)) inline void conv_int8_block(int b, int blk, int oy, int ox0, bool inside BUFS_DECL) {
@@ -52,12 +59,7 @@ __attribute__((always_inline)) inline void conv_int8_block(int b, int blk, int o
           int16 u[BLOCK_X];
 #pragma unroll
           for (int p = 0; p < BLOCK_X; p++) u[p] = (int16)(qp[p * SW]);
-#pragma unroll
-          for (int v = 0; v < NV; v++) {
-            int16 wv = wr[v];
-#pragma unroll
-            for (int p = 0; p < BLOCK_X; p++) acc[p][v] = GD_DOT4(acc[p][v], u[p], wv);
-          }
+          DOT_STEP(acc, u, wr)
         }
         continue;
       }
@@ -75,12 +77,7 @@ __attribute__((always_inline)) inline void conv_int8_block(int b, int blk, int o
         for (int p = 0; p < BLOCK_X; p++) {
           u[p] = (int16)(tap_in[p] ? as_int(q[word[p] + s * IN_PLANE]) : PAD_WORD);
         }
-#pragma unroll
-        for (int v = 0; v < NV; v++) {
-          int16 wv = wr[v];
-#pragma unroll
-          for (int p = 0; p < BLOCK_X; p++) acc[p][v] = GD_DOT4(acc[p][v], u[p], wv);
-        }
+        DOT_STEP(acc, u, wr)
       }
     }
   }
