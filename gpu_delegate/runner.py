@@ -101,7 +101,10 @@ def kernel_spec(call: KernelCall, plan: Plan, precision: str,
         args.append(Arg(name, "in", plan.tensors[t], tensor_storage(t), plan.placement(t)))
         binds.append(("t", t))
     for name, t in call.outputs.items():
-        args.append(Arg(name, "out", plan.tensors[t], tensor_storage(t), plan.placement(t)))
+        if t in plan.dense:  # a plain buffer of floats in the dense order (lowering/dense_outputs.py)
+            args.append(Arg(name, "out", precision=tensor_storage(t)))
+        else:
+            args.append(Arg(name, "out", plan.tensors[t], tensor_storage(t), plan.placement(t)))
         binds.append(("t", t))
     for name, key in call.consts.items():
         args.append(Arg(name, "const", precision=const_storage(key)))
@@ -241,7 +244,8 @@ class PlanRunner:
 
         inputs: list[tuple[BHWC, str, Codes | None]] = [
             (plan.tensors[t], storage(t), (*codes[t], feeds[t].dtype) if t in codes else None) for t in plan.inputs]
-        return self.backend.boundary_specs(inputs, [(plan.tensors[t], storage(t)) for t in plan.outputs])
+        return self.backend.boundary_specs(inputs, [(plan.tensors[t], storage(t)) for t in plan.outputs
+                                                    if t not in plan.dense])
 
     def compile(self, binaries: dict[str, bytes], progress: Progress | None = None, worker: bool = False) -> int:
         """Compile every kernel and the boundary's conversions (``boundary``), in as few driver programs as
@@ -439,7 +443,9 @@ class PlanRunner:
             self.calls.append((program, [self._bound_buffer(b) for b in binds]))
         self.bound = self.backend.bind(self.calls)
         self.input_routes = {}
-        self.output_routes = [self.backend.output_route(self.tensor_buffer(t), self.plan.tensors[t])
+        self.output_routes = [OutputRoute.dense_floats(self.plan.tensors[t], self.tensor_buffer(t))
+                              if t in self.plan.dense else self.backend.output_route(self.tensor_buffer(t),
+                                                                                     self.plan.tensors[t])
                               for t in self.plan.outputs]
 
     def _bound_buffer(self, bind: Bind) -> Buffer:
@@ -466,7 +472,15 @@ class PlanRunner:
             backend.dispatch_bound([bound])
             backend.finish()
             progress.advance()
-        return {t: backend.from_device(self.tensor_buffer(t), plan.tensors[t]) for t in plan.outputs}
+        return {t: self._download(t) for t in plan.outputs}
+
+    def _download(self, t: int) -> np.ndarray:
+        """Output ``t`` as a dense float32 BHWC array, from PHWC4 or from the dense order it is stored in."""
+        if t not in self.plan.dense:
+            return self.backend.from_device(self.tensor_buffer(t), self.plan.tensors[t])
+        shape = self.plan.tensors[t]
+        n = math.prod(shape)
+        return self.backend.download(self.tensor_buffer(t), math.ceil(n / 4))[:n].reshape(shape)
 
     def _input_route(self, t: int, quant: tuple[float, int] | None, dtype: np.dtype) -> InputRoute:
         codes: Codes | None = (*quant, dtype) if quant is not None else None
@@ -502,7 +516,7 @@ class PlanRunner:
         outputs = {}
         for t in plan.outputs:
             start = time.perf_counter()
-            outputs[t] = backend.from_device(self.tensor_buffer(t), plan.tensors[t])
+            outputs[t] = self._download(t)
             collect((), start)
         device_ok = sum(r[2] for r in raw) >= MIN_DEVICE_CLOCK * sum(r[3] for r in raw)
         self.last_timings = [KernelTiming(name, nodes, device_ns, host_ns, "device" if device_ok else "host")

@@ -220,7 +220,7 @@ def _small_plan() -> Plan:
     return Plan(tensors={0: (1, 3, 2, 5), 1: (1, 3, 2, 5), 2: (1, 3, 2, 5)},
                 consts={"b": np.arange(8, dtype=np.float32).reshape(2, 4)}, kernels=[call], inputs=[0, 1],
                 outputs=[2], aliases={2: 0}, buffer_of={0: 0, 1: 1}, buffer_sizes=[12, 12], nodes=[0],
-                notes=["fused RELU"], tuned=True)
+                notes=["fused RELU"], tuned=True, dense={2})
 
 
 def test_store_then_load_gives_the_same_plan_and_binaries(tmp_path):

@@ -294,3 +294,47 @@ def test_keras3_nearest_upsampling_is_one_resize(backend):
     kernels, outs = run_wholly_on_gpu(content, inputs, backend)
     np.testing.assert_array_equal(outs[0], run_litert(content, inputs)[0])
     assert "resize" not in kernels, kernels
+
+
+def test_outputs_of_reshapes_and_concatenations_stored_dense(backend):
+    """On OpenCL an output that reshapes and concatenations make of other tensors is stored in the host's dense order,
+    each source once at its place (lowering/dense_outputs.py), bit for bit LiteRT's: parts strided by the batch,
+    pixels of channels that fill no slice, a part inside a channel concatenation inside a reshape, a reshape whose
+    source's pixels straddle the output's rows (kept as a kernel, its output the part), an output that a node reads
+    too (not dense). GL runs the same models through its kernels."""
+    f32 = np.float32
+    strided = build([("x1", [2, 4, 5, 7]), ("x2", [2, 3, 3, 14]), ("x3", [2, 2, 3, 6]), ("x4", [2, 4, 5])], [
+        ("ADD", ["x1", np.array([1.5], f32)], [("a", [2, 4, 5, 7])], {}),
+        ("MUL", ["x2", np.array([-2.0], f32)], [("b", [2, 3, 3, 14])], {}),
+        ("RESHAPE", ["a", np.array([2, 20, 7], I32)], [("ra", [2, 20, 7])], {}),
+        ("RESHAPE", ["b", np.array([2, 18, 7], I32)], [("rb", [2, 18, 7])], {}),
+        ("CONCATENATION", ["ra", "rb"], [("k1", [2, 38, 7])], {"axis": 1}),
+        ("RESHAPE", ["x3", np.array([2, 4, 9], I32)], [("c", [2, 4, 9])], {}),
+        ("CONCATENATION", ["c", "x4"], [("k2", [2, 4, 14])], {"axis": 2}),
+        ("RESHAPE", ["b", np.array([2, 126], I32)], [("r3", [2, 126])], {}),
+        ("ADD", ["r3", "r3"], [("s", [2, 126])], {}),
+    ], ["k1", "k2", "r3", "s"])
+    nested = build([("y1", [1, 6, 5, 3]), ("y2", [1, 6, 5, 5]), ("y3", [1, 3, 4, 10])], [
+        ("ADD", ["y1", np.array([0.25], f32)], [("t", [1, 6, 5, 3])], {}),
+        ("CONCATENATION", ["t", "y2"], [("h", [1, 6, 5, 8])], {"axis": 3}),
+        ("RESHAPE", ["h", np.array([1, 30, 8], I32)], [("rh", [1, 30, 8])], {}),
+        ("RESHAPE", ["y3", np.array([1, 15, 8], I32)], [("r", [1, 15, 8])], {}),
+        ("CONCATENATION", ["rh", "r"], [("out", [1, 45, 8])], {"axis": 1}),
+    ], ["out"])
+    dense_on_cl = {"strided": (4, ["reshape", "reshape"]), "nested": (3, [])}
+    for name, content in (("strided", strided), ("nested", nested)):
+        inputs = random_inputs(content)
+        ref = run_litert(content, inputs)
+        for fp16 in (False, True):
+            kernels, outs = run_wholly_on_gpu(content, inputs, backend, fp16)
+            for k, (o, r) in enumerate(zip(outs, ref, strict=True)):
+                if fp16:  # stored as float16 on the way
+                    assert_float_close(o, r, rel=2e-3, what=f"{name} output {k} fp16")
+                else:
+                    np.testing.assert_array_equal(o, r, err_msg=f"{name} output {k}")
+            stores, moves = dense_on_cl[name]
+            if backend == "cl":
+                assert kernels.count("convert_from_phwc4") == stores, kernels
+                assert [k for k in kernels if k in ("reshape", "concat")] == moves, kernels
+            else:
+                assert "convert_from_phwc4" not in kernels and "concat" in kernels, kernels

@@ -107,10 +107,16 @@ class OutputRoute:
     dtype: np.dtype
     convert: list[Any]  # Backend.bind of the conversion out of the tensor; none when the host reorders
     pixels: tuple[int, int] | None = None  # _pixels_in_order of the shape, where the host reorders
+    dense: bool = False  # ``source`` holds the values in the dense order already (no conversion)
+
+    @classmethod
+    def dense_floats(cls, shape: BHWC, tensor: Buffer) -> OutputRoute:
+        """The route of an output the plan stores as float32 in the dense BHWC order (lowering/dense_outputs.py)."""
+        return cls(shape, tensor, math.prod(shape), _STORAGE["fp32"], [], dense=True)
 
     def finish(self, values: np.ndarray) -> np.ndarray:
         """The dense float32 BHWC array from the values read."""
-        if self.convert:
+        if self.convert or self.dense:
             return values.reshape(self.shape)
         if self.pixels is not None:  # the padding channels dropped: no copy where there are none
             rows, per_row = self.pixels
@@ -878,7 +884,7 @@ class Backend(ABC):
         storage precision): a partition compiles them with its own kernels instead of at its first invoke."""
         specs = [self._codes_spec(shape, precision, *codes) if codes is not None else
                  conversion_spec("convert_to_phwc4", shape, precision, "fp32") for shape, precision, codes in inputs]
-        specs += [conversion_spec("convert_from_phwc4", shape, precision, "fp32") for shape, precision in outputs
+        specs += [self._conversion_spec("convert_from_phwc4", shape, precision, "fp32") for shape, precision in outputs
                   if vec4_count(shape) > HOST_REORDER_VEC4]
         return specs
 
@@ -914,8 +920,12 @@ class Backend(ABC):
     def _conversion(self, kernel: str, shape: BHWC, precision: str, raw_precision: str) -> Program:
         key = (kernel, shape, precision, raw_precision)
         if key not in self._convert:
-            self._convert[key] = self.compile(conversion_spec(kernel, shape, precision, raw_precision))
+            self._convert[key] = self.compile(self._conversion_spec(kernel, shape, precision, raw_precision))
         return self._convert[key]
+
+    def _conversion_spec(self, kernel: str, shape: BHWC, precision: str, raw_precision: str) -> KernelSpec:
+        """The spec of a conversion kernel (conversion_spec); a backend with its own version overrides this."""
+        return conversion_spec(kernel, shape, precision, raw_precision)
 
     def close(self) -> None:
         """Free the staging buffers and forget the programs; the API context stays for other instances."""

@@ -9,6 +9,8 @@
     fuse_matmul_softmax  a float BATCH_MATMUL, a MUL by a scalar and a SOFTMAX over its rows as one kernel
     pad_channels      a PAD of zero channels read by an elementwise node: its post-op reads the channels as 0
     fuse_elementwise  activations and elementwise chains folded into their producer; fake-quant steps
+    dense_outputs     an output that reshapes and concatenations make of other tensors stored in the host's dense
+                      order, each source at its place (OpenCL)
     place_concat      the parts of a channel concatenation written in place by their producers
     emit              each remaining node lowered to kernel calls by its op (context.LowerContext)
     fuse_channel_scale  a MUL by a per-channel gate (squeeze-and-excite) read by a 1x1 convolution as its input

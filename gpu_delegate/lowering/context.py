@@ -68,6 +68,8 @@ class LowerContext:
         self.derived: dict[tuple[str, int], int] = {}
         # variable tensor -> the plan tensor holding its value after an invoke (an LSTM's states)
         self.state_updates: dict[int, int] = {}
+        # outputs stored in the dense BHWC order the host reads, float32 (lowering/dense_outputs.py)
+        self.dense: set[int] = set()
 
     # -- what an op reads ---------------------------------------------------------------------------------
     def input(self, node: Node, k: int) -> int:
@@ -216,6 +218,12 @@ class LowerContext:
         """Store tensor ``t`` (as the node reads or writes it) in float32 whatever the delegate's precision: a
         few values that many others depend on (a transform matrix)."""
         self.fp32_tensors.add(self.view.final(t))
+
+    def dense_output(self, t: int) -> None:
+        """Output ``t`` is written in the dense row-major BHWC order, as float32, not in PHWC4: read as it is
+        (lowering/dense_outputs.py)."""
+        self.dense.add(t)
+        self.fp32_tensors.add(t)
 
     def scratch(self, shape: tuple[int, ...], fp32: bool = False) -> int:
         """A new plan tensor of ``shape`` that no graph tensor stands for: an intermediate result of an op

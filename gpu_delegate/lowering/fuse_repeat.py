@@ -50,16 +50,9 @@ class RepeatOp(FusedOp):
         ctx.kernel("resize", {"src": r.source}, {"dst": dst}, defines=defines, grid=ctx.grid(dst))
 
 
-def _shape(view: PartitionView, t: int) -> tuple[int, ...]:
-    """Tensor ``t``'s shape with the leading 1s that ``collapse`` took off a rank-5 tensor put back (a TILE's
-    multiples count them)."""
-    shape = tuple(view.shapes[t])
-    return (1,) * max(0, len(view.graph.tensors[t].shape) - len(shape)) + shape
-
-
 def _applied(view: PartitionView, node: Node, values: np.ndarray) -> np.ndarray | None:
     """``node`` (RESHAPE or TILE) applied to ``values``, or None where its operands are not as expected."""
-    out_shape = _shape(view, node.outputs[0])
+    out_shape = view.graph_shape(node.outputs[0])
     if node.op == "RESHAPE":
         return values.reshape(out_shape) if int(np.prod(out_shape)) == values.size else None
     multiples = view.const(view.node_inputs(node.index)[1]) if len(node.inputs) > 1 else None
@@ -86,7 +79,7 @@ def match(view: PartitionView, first: Node, readers: dict[int, list[int]], names
     values = indices
     node, chain = first, []
     while True:
-        if int(np.prod(_shape(view, node.outputs[0]))) > MAX_CHECKED:
+        if int(np.prod(view.graph_shape(node.outputs[0]))) > MAX_CHECKED:
             return f"its tensors are too large to check on their indices (over {MAX_CHECKED} values)"
         applied = _applied(view, node, values)
         if applied is None or _grid(view, node.outputs[0]) != _grid(view, source):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from ..graph import Graph
 from ..phwc4 import bhwc, collapse
 from . import (
+    dense_outputs,
     drop_reshape,
     emit,
     fold_constants,
@@ -41,6 +42,7 @@ def build_plan(graph: Graph, nodes: list[int], inputs: list[int], outputs: list[
                                  fuse_matmul_softmax.run(view), pad_channels.run(view),
                                  fuse_elementwise.run(view, quantized, ctx.operand_const, ctx.table_const)]
     pad_channels.restore(view, results[-2])
+    results.append(dense_outputs.run(view, api))
     results.append(place_concat.run(view))
     results.append(emit.run(view, ctx))
     results.append(fuse_channel_scale.run(view, ctx))
@@ -52,7 +54,7 @@ def build_plan(graph: Graph, nodes: list[int], inputs: list[int], outputs: list[
     updated = [t for t in ctx.state_updates.values() if t not in outputs]  # downloaded like outputs
     plan = Plan(ctx.tensors, ctx.consts, ctx.kernels, list(inputs), list(outputs) + updated, dict(view.aliases),
                 placed=dict(view.placed), nodes=list(nodes), fp32_consts=set(ctx.fp32_consts),
-                state_updates=dict(ctx.state_updates))
+                state_updates=dict(ctx.state_updates), dense=set(ctx.dense))
     plan.fp32_tensors = {plan.storage(t) for t in ctx.tensors if ctx.holds_ints(t)} | \
         {plan.storage(t) for t in ctx.fp32_tensors}
     results.append(memory.run(plan))

@@ -85,7 +85,7 @@ def _why_not(view: PartitionView, n: int, names: dict[int, set[int]], outputs: s
         return "a post-op other than its fake-quant step is its own", []
     if pushed and any(p.kind not in ("expr", "fake_quant") or p.operand is not None for p in pushed):
         return "an elementwise step with an operand is fused after it", []
-    out_quant = _quant(view, out)
+    out_quant = view.quant_grid(out)
     if own and out_quant is None:
         return "its fake-quant step is on no per-tensor grid", []
     parts = view.node_inputs(n)
@@ -114,16 +114,7 @@ def _why_not(view: PartitionView, n: int, names: dict[int, set[int]], outputs: s
             return f"part {k} has the shape {list(view.shapes[t])}, not the output's B, H, W", []
         if pc % 4 and k < len(parts) - 1:
             return f"part {k} has {pc} channels: the next part would not start at a whole slice", []
-        if own and _quant(view, t) != out_quant:
+        if own and view.quant_grid(t) != out_quant:
             return f"part {k} is on another quantization grid than the output (its values are rescaled)", []
     return "", pushed
 
-
-def _quant(view: PartitionView, t: int) -> tuple[str, float, int] | None:
-    """A tensor's 8-bit grid (dtype, scale, zero point); None if it has none or a per-channel one."""
-    tensor = view.graph.tensors[t]
-    q = tensor.quant
-    if q is None or q.per_channel:
-        return None
-    scale, zero = q.scalar()
-    return np.dtype(tensor.dtype).name, float(scale), int(zero)

@@ -109,6 +109,21 @@ class PartitionView:
         users = sorted({n for name in group for n in readers.get(name, ())})
         return users, any(name in outputs for name in group)
 
+    def quant_grid(self, t: int) -> tuple[str, float, int] | None:
+        """Tensor ``t``'s 8-bit grid (dtype, scale, zero point); None if it has none or a per-channel one."""
+        tensor = self.graph.tensors[t]
+        q = tensor.quant
+        if q is None or q.per_channel:
+            return None
+        scale, zero = q.scalar()
+        return np.dtype(tensor.dtype).name, float(scale), int(zero)
+
+    def graph_shape(self, t: int) -> tuple[int, ...]:
+        """Tensor ``t``'s shape with the leading 1s that ``collapse`` took off a rank-5 tensor put back: the rank
+        its node's attributes count (an axis, a TILE's multiples)."""
+        shape = tuple(self.shapes[t])
+        return (1,) * max(0, len(self.graph.tensors[t].shape) - len(shape)) + shape
+
     def node_inputs(self, n: int) -> list[int]:
         return [self.read_as.get((n, k), t) for k, t in enumerate(self.graph.nodes[n].inputs)]
 
