@@ -161,17 +161,19 @@ class QModel:
                 zero = int(np.clip(round(self.info.min - lo / scale), self.info.min, self.info.max))
                 self.q[out] = (scale, zero)
 
-    def build(self) -> bytes:
+    def build(self, outputs: list[str] | None = None) -> bytes:
+        """The quantized model; its outputs every node's, or those named."""
         if not self.q:
             self.calibrate()
-        return self._build(self.inputs, self.nodes)
+        return self._build(self.inputs, self.nodes, outputs=outputs)
 
     def node_model(self, k: int) -> tuple[bytes, list[str]]:
         """Node k alone, the tensors it computes from made the model's inputs: (model, their names)."""
         computed = [x for x in self.nodes[k][1] if x in self.shapes]
         return self._build([(x, self.shapes[x], self.q[x]) for x in computed], [self.nodes[k]]), computed
 
-    def _build(self, inputs: list[tuple], nodes: list[tuple], quantized: bool = True) -> bytes:
+    def _build(self, inputs: list[tuple], nodes: list[tuple], quantized: bool = True,
+               outputs: list[str] | None = None) -> bytes:
         mb = ModelBuilder()
         act_type = self.dtype if quantized else np.float32
         ids: dict[str, int] = {}
@@ -203,7 +205,7 @@ class QModel:
             args = [ids[x] if x in ids else constant(x, ins[0]) for x in ins]
             ids[out] = mb.tensor(out, shape, act_type, **grid(out))
             mb.op(op, args, [ids[out]], version=version, **opts)
-        mb.output(*(ids[node[2]] for node in nodes))
+        mb.output(*(ids[name] for name in (outputs or [node[2] for node in nodes])))
         return mb.build()
 
 
@@ -331,8 +333,23 @@ def test_int8_convolutions_on_integer_dot_products(monkeypatch):
     # the model's input takes a quantize pass; the 3 other inputs' codes come with their producers' stores
     assert kernels["conv2d_int8"] == 7 and kernels["quantize_u8"] == 1, kernels
     assert sorted(c.kernel for c in plan.kernels if "dst_codes" in c.outputs) == ["conv2d_int8"] * 3
-    feeds = model("int8_dot_convs")[0].feeds
+    spec = model("int8_dot_convs")[0]
+    feeds = spec.feeds
     plain = run(it, feeds)
+    # with the intermediates that integer convolutions alone read no longer outputs, their writers store their codes
+    # and not their values (lowering/codes_only.py): the same outputs, bit for bit
+    last = ["c3x3_s2_24_a", "c3x3_s2_24_b", "c3x3_d2_32", "fc_rows_130"]
+    it_last, outs = run_gpu(spec.build(outputs=last), feeds, "cl")
+    codes_only = [c.kernel for c in runner_of(it_last).plan.kernels if c.defines.get("dst_CODES_ONLY")]
+    assert codes_only == ["conv2d_int8"] * 3, codes_only  # of c3x3_40_relu, c3x3_s2_30_relu6, c1x1_264
+    runner = runner_of(it_last)
+    for call, program in zip(runner.plan.kernels, runner.programs, strict=True):
+        if "dst_codes" not in call.outputs:
+            continue
+        (store16,) = [line for line in program.source.splitlines() if line.startswith("#define dst_store16")]
+        assert ("dst_buf" in store16) != bool(call.defines.get("dst_CODES_ONLY")), store16
+    for name, got in zip(last, outs, strict=True):
+        np.testing.assert_array_equal(got, plain[spec.outputs.index(name)], err_msg=name)
     # a crowded plan (past the kernels the driver keeps loaded): the shapes and constants become arguments
     from gpu_delegate.backends.opencl import OpenCLBackend
     monkeypatch.setattr(OpenCLBackend, "loaded_kernels", 1)

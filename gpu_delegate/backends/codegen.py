@@ -412,13 +412,17 @@ def _cl_accessors(spec: KernelSpec, a: Arg) -> str:
     head = f"#define {t}_store16(i4, v, n) do {{ float16 {v16} = (v); int4 {i4} = (i4); int {n} = (n); "
     if any(b.name == f"{t}_codes" for b in spec.args):
         # an 8-bit tensor that integer convolutions read (ops/conv.py emit_conv_int8): each store also stores the
-        # word of its codes at the vec4's index (prelude's gd_code4, gd_code16; t_QINV, t_QOFF their constants)
+        # word of its codes at the vec4's index (prelude's gd_code4, gd_code16; t_QINV, t_QOFF their constants); only
+        # the word where nothing reads the values (define t_CODES_ONLY: lowering/codes_only.py) unless the kernel
+        # reads back what it stored
         codes = f"((__global uint*){t}_codes_buf)"
-        write = (f"#define {t}_write(i, v) do {{ float4 {t}_v_ = (v); {store('(i)', f'{t}_v_')}; "
-                 f"{codes}[i] = gd_code4({t}_v_, {t}_QINV, {t}_QOFF); }} while (0)")
+        values = not spec.defines.get(f"{t}_CODES_ONLY") or f"{t}_read" in spec.helpers + spec.body
+        write = (f"#define {t}_write(i, v) do {{ float4 {t}_v_ = (v); "
+                 + (f"{store('(i)', f'{t}_v_')}; " if values else "")
+                 + f"{codes}[i] = gd_code4({t}_v_, {t}_QINV, {t}_QOFF); }} while (0)")
         store16 = head + f"uint4 {t}_w4_ = gd_code16({v16}, {t}_QINV, {t}_QOFF); " + " ".join(
-            f"if ({n} > {k}) {{ {store(f'{i4}.{c}', f'{v16}.{p}')}; {codes}[{i4}.{c}] = {t}_w4_.{c}; }}"
-            for k, (p, c) in enumerate(parts)) + " } while (0)"
+            f"if ({n} > {k}) {{ " + (f"{store(f'{i4}.{c}', f'{v16}.{p}')}; " if values else "")
+            + f"{codes}[{i4}.{c}] = {t}_w4_.{c}; }}" for k, (p, c) in enumerate(parts)) + " } while (0)"
     else:
         write = f"#define {t}_write(i, v) {store('(i)', '(v)')}"
         store16 = head + " ".join(f"if ({n} > {k}) {store(f'{i4}.{c}', f'{v16}.{p}')};"

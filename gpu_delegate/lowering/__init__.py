@@ -15,6 +15,8 @@
     emit              each remaining node lowered to kernel calls by its op (context.LowerContext)
     fuse_channel_scale  a MUL by a per-channel gate (squeeze-and-excite) read by a 1x1 convolution as its input
                       scale (on the emitted kernels)
+    codes_only        an 8-bit tensor that integer convolutions alone read: its writers store its codes, not its values
+                      (on the plan)
     memory            buffers shared between tensors whose lifetimes do not overlap
 
 Each pass returns a view.PassResult: what it applied, and what it declined with the reason. Op modules import
