@@ -120,8 +120,13 @@ class LowerContext:
         """The grid and variants of a copy kernel writing ``t``: dialect/copy.dialect, a work item per vec4, or on
         a CPU's OpenCL kernels/opencl/copy.cl, a work item per 4 pixels of a row (wide loads, stores and post-ops,
         where a CPU is bound by instructions; a GPU wants a work item per vec4)."""
+        return self.quads_layout(t, "copy")
+
+    def quads_layout(self, t: int, name: str) -> tuple[tuple[int, int, int], dict[str, str]]:
+        """The grid and variants of kernel ``name`` writing ``t``: the dialect's work item per vec4, or on a CPU's
+        OpenCL kernels/opencl/<name>.cl, a work item per 4 pixels of a row of one slice (quads_grid)."""
         if self.cpu_opencl:
-            return self.quads_grid(t), {"opencl": "copy"}
+            return self.quads_grid(t), {"opencl": name}
         return self.grid(t), {}
 
     def pixels_layout(self, t: int, name: str) -> tuple[tuple[int, int, int], dict[str, str]]:

@@ -47,7 +47,8 @@ class RepeatOp(FusedOp):
         dst = node.outputs[0]
         defines: dict[str, int | float | str] = {"BILINEAR": 0, "ALIGN_CORNERS": 0, "HALF_PIXEL": 1,
                                                  "SCALE_Y": 1.0 / r.ky, "SCALE_X": 1.0 / r.kx}
-        ctx.kernel("resize", {"src": r.source}, {"dst": dst}, defines=defines, grid=ctx.grid(dst))
+        grid, variants = ctx.quads_layout(dst, "resize")
+        ctx.kernel("resize", {"src": r.source}, {"dst": dst}, defines=defines, grid=grid, variants=variants)
 
 
 def _applied(view: PartitionView, node: Node, values: np.ndarray) -> np.ndarray | None:

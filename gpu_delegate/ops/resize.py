@@ -61,7 +61,7 @@ def _flags(node: Node) -> tuple[bool, bool]:
     return bool(node.attrs.get("align_corners", False)), bool(node.attrs.get("half_pixel_centers", False))
 
 
-# -- GPU side: kernels/dialect/resize.dialect, one work item per output vec4 ------------------------------------
+# -- GPU side: kernels/dialect/resize.dialect, one work item per output vec4 (a CPU's OpenCL: opencl/resize.cl) --
 
 def _gpu_support(node: Node, graph: Graph) -> bool | str:
     x = graph.tensors[node.inputs[0]]
@@ -88,7 +88,8 @@ def _lower(node: Node, ctx: LowerContext, bilinear: bool) -> None:
     align, half = _flags(node)
     defines: Defines = {"BILINEAR": bilinear, "ALIGN_CORNERS": align, "HALF_PIXEL": half,
                         "SCALE_Y": float(_scale(in_h, out_h, align)), "SCALE_X": float(_scale(in_w, out_w, align))}
-    ctx.kernel("resize", {"src": src}, {"dst": dst}, defines=defines, grid=ctx.grid(dst))
+    grid, variants = ctx.quads_layout(dst, "resize")
+    ctx.kernel("resize", {"src": src}, {"dst": dst}, defines=defines, grid=grid, variants=variants)
 
 
 @register
