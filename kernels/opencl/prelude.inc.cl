@@ -36,34 +36,23 @@ GD_MINMAX_V(float4, float) GD_MINMAX_V(float8, float) GD_MINMAX_V(float16, float
 #define max(a, b) gd_max((a), (b))
 #define clamp(x, lo, hi) gd_clamp((x), (lo), (hi))
 #define select(a, b, c) ((c) ? (b) : (a))
-// floor, ceil, trunc, rint and fabs likewise where the compiler has them as builtins (an instruction each), and sign
-// written out: PoCL calls its library for every built-in math function, even these (the YOLO-style head's nearest 2x
-// upsampling, 5 floor calls a work item: 103 -> 49 us). Vectors lane by lane, which the compiler joins again.
-#define GD_LANEWISE(NAME, F) \
-  inline float __attribute__((overloadable)) gd_##NAME(float x) { return F(x); } \
-  inline float2 __attribute__((overloadable)) gd_##NAME(float2 x) { return (float2)(F(x.x), F(x.y)); } \
-  inline float3 __attribute__((overloadable)) gd_##NAME(float3 x) { return (float3)(F(x.x), F(x.y), F(x.z)); } \
+// floor and ceil likewise, where the compiler has the builtins (one instruction each; PoCL calls its library: the
+// nearest 2x upsampling of the YOLO-style head, 5 calls a work item, 103 -> 49 us)
+#if defined(__has_builtin)
+#if __has_builtin(__builtin_floorf) && __has_builtin(__builtin_ceilf)
+#define GD_ROUNDING(NAME, T) \
+  inline float __attribute__((overloadable)) gd_##NAME(float x) { return T(x); } \
+  inline float2 __attribute__((overloadable)) gd_##NAME(float2 x) { return (float2)(T(x.x), T(x.y)); } \
+  inline float3 __attribute__((overloadable)) gd_##NAME(float3 x) { return (float3)(T(x.x), T(x.y), T(x.z)); } \
   inline float4 __attribute__((overloadable)) gd_##NAME(float4 x) { return (float4)(gd_##NAME(x.lo), gd_##NAME(x.hi)); } \
   inline float8 __attribute__((overloadable)) gd_##NAME(float8 x) { return (float8)(gd_##NAME(x.lo), gd_##NAME(x.hi)); } \
   inline float16 __attribute__((overloadable)) gd_##NAME(float16 x) { return (float16)(gd_##NAME(x.lo), gd_##NAME(x.hi)); }
-#if defined(__has_builtin)
-#if __has_builtin(__builtin_floorf) && __has_builtin(__builtin_ceilf) && __has_builtin(__builtin_truncf) && \
-    __has_builtin(__builtin_rintf) && __has_builtin(__builtin_fabsf)
-GD_LANEWISE(floor, __builtin_floorf) GD_LANEWISE(ceil, __builtin_ceilf) GD_LANEWISE(trunc, __builtin_truncf)
-GD_LANEWISE(rint, __builtin_rintf) GD_LANEWISE(fabs, __builtin_fabsf)
+GD_ROUNDING(floor, __builtin_floorf) GD_ROUNDING(ceil, __builtin_ceilf)
+#undef GD_ROUNDING
 #define floor(x) gd_floor(x)
 #define ceil(x) gd_ceil(x)
-#define trunc(x) gd_trunc(x)
-#define rint(x) gd_rint(x)
-#define fabs(x) gd_fabs(x)
 #endif
 #endif
-// OpenCL's sign: 1 or -1, a zero as it is, NaN 0
-#define GD_SIGN(x) ((x) > 0.0f ? 1.0f : (x) < 0.0f ? -1.0f : (x) == (x) ? (x) : 0.0f)
-GD_LANEWISE(sign, GD_SIGN)
-#undef GD_SIGN
-#undef GD_LANEWISE
-#define sign(x) gd_sign(x)
 // C round() (halves away from zero), inline for the same reason: the fake-quant step after every int8 op
 // calls it on every value. Below 2^23, adding and subtracting 2^23 rounds to nearest even (exact; nothing
 // is contracted here); a tie that went down is then moved up.
