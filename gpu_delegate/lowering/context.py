@@ -228,7 +228,7 @@ class LowerContext:
         """Output ``t`` is written in the dense row-major BHWC order, as float32, not in PHWC4: read as it is
         (lowering/dense_outputs.py)."""
         self.dense.add(t)
-        self.fp32_tensors.add(t)
+        self.keep_fp32(t)
 
     def scratch(self, shape: tuple[int, ...], fp32: bool = False) -> int:
         """A new plan tensor of ``shape`` that no graph tensor stands for: an intermediate result of an op
