@@ -63,7 +63,7 @@ class DeviceInfo(_ApiDeviceInfo):
     max_buffer_bytes: int
     has_fp16: bool  # native half arithmetic (fp16 *storage* works everywhere)
     vector_width: int  # floats in one of the device's native vectors (16 on AVX-512 PoCL, 8 on AVX2); 4: unknown
-    int8_dot: bool  # 4-byte integer dot products its compiler emits (x86 VNNI under PoCL): conv2d_int8.cl pays
+    int8_dot: bool  # integer dot products its compiler emits (x86 VNNI or AVX2 under PoCL): conv2d_int8.cl pays
 
 
 @dataclass(eq=False)

@@ -795,10 +795,11 @@ def lower_conv2d(node: Node, ctx: LowerContext) -> None:
               activation(node))
 
 
-# An 8-bit CONV_2D on a device with 4-byte integer dot products (LowerContext.int8_dot: x86 VNNI under PoCL) runs as
+# An 8-bit CONV_2D on a device with integer dot products (LowerContext.int8_dot: x86 VNNI or AVX2 under PoCL) runs as
 # kernels/opencl/conv2d_int8.cl, which sums its input's codes (q + 128, a byte a value) times the model's int8 weights
 # in int32, as LiteRT does, 64 products an instruction (PoCL on AVX-512 VNNI: ~430-560 GOP/s on whole layers, the
-# float kernels ~160). The codes come from the kernels that write the input (_input_codes).
+# float kernels ~160; on AVX2, vpmaddwd's 16 products an instruction, twice a float FMA's 8). The codes come from
+# the kernels that write the input (_input_codes).
 INT8_OFFSET = 128  # u = q + 128 makes an int8 code the unsigned byte vpdpbusd takes
 # Layers too small for the dot products to pay (the codes their input's producer stores, a second kernel where a
 # quantize pass makes them): an input value taking part in fewer products (output channels x taps) than
