@@ -12,6 +12,8 @@
     dense_outputs     an output that reshapes and concatenations make of other tensors stored in the host's dense
                       order, each source at its place (OpenCL)
     place_concat      the parts of a channel concatenation written in place by their producers
+    fuse_siblings     float 1x1 convolutions and FULLY_CONNECTEDs of one input as one kernel, each output a run of
+                      slices of the joined result
     emit              each remaining node lowered to kernel calls by its op (context.LowerContext)
     fuse_channel_scale  a MUL by a per-channel gate (squeeze-and-excite) read by a 1x1 convolution as its input
                       scale (on the emitted kernels)

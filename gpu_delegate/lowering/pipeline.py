@@ -16,6 +16,7 @@ from . import (
     fuse_matmul_softmax,
     fuse_matmul_transpose,
     fuse_repeat,
+    fuse_siblings,
     memory,
     merge_pad,
     pad_channels,
@@ -45,6 +46,7 @@ def build_plan(graph: Graph, nodes: list[int], inputs: list[int], outputs: list[
     pad_channels.restore(view, results[-2])
     results.append(dense_outputs.run(view, api))
     results.append(place_concat.run(view))
+    results.append(fuse_siblings.run(view))
     results.append(emit.run(view, ctx))
     results.append(fuse_channel_scale.run(view, ctx))
     for t in inputs + outputs:

@@ -166,6 +166,10 @@ class Conv2D(Op):
         lower_conv2d(node, ctx)
 
     @staticmethod
+    def lower_joined(nodes: list[Node], ctx: LowerContext, joined: int) -> None:
+        lower_joined_1x1(nodes, ctx, joined)
+
+    @staticmethod
     def check(node: Node, graph: Graph) -> None:
         input_count(node, 2, 3)
         x, w, b = (tensor_of(node, graph, i) for i in range(3))
@@ -522,6 +526,10 @@ class FullyConnected(Op):
         lower_fully_connected(node, ctx)
 
     @staticmethod
+    def lower_joined(nodes: list[Node], ctx: LowerContext, joined: int) -> None:
+        lower_joined_1x1(nodes, ctx, joined)
+
+    @staticmethod
     def check(node: Node, graph: Graph) -> None:
         input_count(node, 2, 3)
         x, w, b = (tensor_of(node, graph, i) for i in range(3))
@@ -742,13 +750,14 @@ def blocks_inner(pixels: int, src_slices: int, dst_slices: int, blocks: int) -> 
     return blocks > 1 and weight_bytes <= BLOCKS_INNER_MAX_WEIGHT_BYTES and input_bytes >= BLOCKS_INNER_MIN_INPUT_BYTES
 
 
-def emit_conv(ctx: LowerContext, node: Node, src: int, dst: int, bias: int, w_key: str,
-              weights: Callable[[], np.ndarray], kernel_hw: tuple[int, int], stride: tuple[int, int],
+def emit_conv(ctx: LowerContext, node: Node, src: int, dst: int, bias: int | tuple[str, Callable[[], np.ndarray]],
+              w_key: str, weights: Callable[[], np.ndarray], kernel_hw: tuple[int, int], stride: tuple[int, int],
               dilation: tuple[int, int], pads: tuple[int, int], act: int) -> None:
     """A convolution through kernels/dialect/conv2d.dialect, or conv2d_1x1.dialect for a 1x1 window at stride 1 without
     padding: that one numbers pixels across the batch, which also serves a FULLY_CONNECTED whose rows are
     pixels (src and dst then differ in shape but not in pixel count). ``weights()`` gives the dense filter
-    [O, KH, KW, I]; its layout is keyed by ``w_key`` and the blocking."""
+    [O, KH, KW, I]; its layout is keyed by ``w_key`` and the blocking. ``bias``: a constant tensor, -1 for none, or
+    (key, the values) where no one tensor holds them."""
     b, h, w, c = ctx.bhwc(src)
     ob, oh, ow, oc = ctx.bhwc(dst)
     (kh, kw), (sh, sw), (dh, dw), (pt, pl) = kernel_hw, stride, dilation, pads
@@ -759,10 +768,15 @@ def emit_conv(ctx: LowerContext, node: Node, src: int, dst: int, bias: int, w_ke
                                     and ob * oh * ow * oc * c * kh * kw >= WIDE_MIN_MACS)
     blocks = -(-slices(oc) // block_s)
     consts = {"w": ctx.const(f"{w_key}:{block_s}", lambda: conv_weight_rows(weights(), block_s))}
-    if bias >= 0:
-        consts["bias"] = ctx.const(f"conv_bias:{bias}:{blocks * block_s}",
-                                   lambda: channel_rows(ctx.const_value(node, bias), blocks * block_s))
-    defines: Defines = {"BLOCK_S": block_s, "BLOCK_X": block_x, "HAS_BIAS": int(bias >= 0), **act_defines(act)}
+    if isinstance(bias, tuple):
+        bias_key, bias_values = bias
+        consts["bias"] = ctx.const(f"{bias_key}:{blocks * block_s}",
+                                   lambda: channel_rows(bias_values(), blocks * block_s))
+    elif bias >= 0:
+        tensor = bias
+        consts["bias"] = ctx.const(f"conv_bias:{tensor}:{blocks * block_s}",
+                                   lambda: channel_rows(ctx.const_value(node, tensor), blocks * block_s))
+    defines: Defines = {"BLOCK_S": block_s, "BLOCK_X": block_x, "HAS_BIAS": int("bias" in consts), **act_defines(act)}
     if flat:
         pix_blocks = -(-ob * oh * ow // block_x)
         defines["PIX_BLOCKS"] = pix_blocks
@@ -776,6 +790,25 @@ def emit_conv(ctx: LowerContext, node: Node, src: int, dst: int, bias: int, w_ke
                     "DST_BLOCKS": blocks, "MASKED": int(masked)})
     ctx.kernel("conv2d", {"src": src}, {"dst": dst}, consts, defines, (-(-ow // block_x), oh, ob * blocks),
                variants={"opencl": "conv2d"})
+
+
+def lower_joined_1x1(nodes: list[Node], ctx: LowerContext, joined: int) -> None:
+    """Float 1x1 CONV_2Ds at stride 1 and FULLY_CONNECTEDs whose rows are pixels, all of one input, as one
+    convolution writing their outputs side by side along the channels of ``joined`` (lowering/fuse_siblings.py)."""
+    def filter_of(node: Node) -> np.ndarray:  # [O, 1, 1, K]
+        w = np.asarray(ctx.const_value(node, ctx.input(node, 1)), np.float32)
+        return w.reshape(w.shape[0], 1, 1, w.shape[-1])
+
+    def bias_of(node: Node, channels: int) -> np.ndarray:
+        bias = ctx.input(node, 2)
+        return np.asarray(ctx.const_value(node, bias), np.float32).reshape(channels) if bias >= 0 else \
+            np.zeros(channels, np.float32)
+
+    filters = [filter_of(node) for node in nodes]
+    key = ":".join(str(node.index) for node in nodes)
+    emit_conv(ctx, nodes[0], ctx.input(nodes[0], 0), joined,
+              (f"joined_bias:{key}", lambda: np.concatenate([bias_of(n, f.shape[0]) for n, f in zip(nodes, filters)])),
+              f"joined_w:{key}", lambda: np.concatenate(filters), (1, 1), (1, 1), (1, 1), (0, 0), activation(nodes[0]))
 
 
 def lower_conv2d(node: Node, ctx: LowerContext) -> None:
