@@ -96,7 +96,8 @@ def test_declined_reasons(backend):
     graph = it.graph
     writer = {graph.tensors[n.outputs[0]].name: n for n in graph.nodes}
     declined = runner_declined(it)
-    for name, reason in [("e_3x3", "not a 1x1 convolution at stride 1"), ("read_a_3x3", "not a 1x1 convolution at stride 1"),
+    for name, reason in [("e_3x3", "not a 1x1 convolution at stride 1"),
+                         ("read_a_3x3", "not a 1x1 convolution at stride 1"),
                          ("t_tanh", "an elementwise step is fused into it"),
                          ("d_8_no_act", "its output crosses the partition's boundary")]:
         assert f"{writer[name]}: {reason}" in declined, (name, declined)
