@@ -28,6 +28,8 @@ from .context import LowerContext
 from .fused_op import FusedOp
 from .view import PartitionView, PassResult
 
+JOINABLE = ("FULLY_CONNECTED", "CONV_2D")
+
 
 class JoinableOp(Protocol):
     """An op whose layers of one input can run as one kernel (ops/conv.py: CONV_2D, FULLY_CONNECTED)."""
@@ -59,7 +61,7 @@ def _why_not(view: PartitionView, n: int, names: dict[int, set[int]]) -> str:
     graph = view.graph
     node = graph.nodes[n]
     ins = view.node_inputs(n)
-    if node.op not in ("FULLY_CONNECTED", "CONV_2D") or len(ins) < 2 or not hasattr(view.op(n), "lower_joined"):
+    if node.op not in JOINABLE or len(ins) < 2 or not hasattr(view.op(n), "lower_joined"):
         return "not a FULLY_CONNECTED or CONV_2D"
     out = node.outputs[0]
     tensors = [ins[0], ins[1], out] + ([ins[2]] if len(ins) > 2 and ins[2] >= 0 else [])
@@ -90,7 +92,7 @@ def run(view: PartitionView) -> PassResult:
     for n in view.nodes:
         why = _why_not(view, n, names)
         if why:
-            if graph.nodes[n].op in ("FULLY_CONNECTED", "CONV_2D"):
+            if graph.nodes[n].op in JOINABLE:
                 result.declined.append(f"{graph.nodes[n]}: {why}")
             continue
         groups.setdefault(view.node_inputs(n)[0], []).append(n)

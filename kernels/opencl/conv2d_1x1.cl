@@ -13,11 +13,7 @@
 // Two partial sums a pixel (conv_wide.inc.cl) where the registers hold them: AVX2 has 16, and 4 pixels' pairs of
 // float16 (two registers each) took all of them, spilling every step (MobileNetV2's 1x1 layers, each alone, PoCL
 // on AVX2: 6.42 -> 4.52 ms with one sum a pixel).
-#if defined(__AVX2__) && !defined(__AVX512F__)
-#define WIDE_PAIRS 0
-#else
-#define WIDE_PAIRS (BLOCK_S != 8)
-#endif
+#define WIDE_PAIRS (BLOCK_S != 8 && !GD_AVX2_ONLY)
 // @include opencl/conv_wide.inc.cl
 #define SRC_PLANE (src_H * src_W)
 #define CHUNK (BLOCK_X < 4 ? BLOCK_X : 4)

@@ -1,8 +1,8 @@
 // A convolution of an 8-bit model on integer dot products, for a CPU's OpenCL with them (DeviceInfo.int8_dot; x86
-// VNNI: vpdpbusd, 64 multiply-adds an instruction where a float FMA does 16; AVX2: vpmaddwd, 16 where an FMA does 8). The input comes as
-// its codes, a slice one 32-bit word of 4 unsigned bytes u = q + 128 at the slice's vec4 index (gd_code4: stored
-// by the input's producer alongside its values, or by quantize_u8.cl); the weights are the model's
-// int8 values, [block][ky][kx][src slice][NV][16 output channels][4 input channels] (ops/conv.py
+// VNNI: vpdpbusd, 64 multiply-adds an instruction where a float FMA does 16; AVX2: vpmaddwd, 16 where an FMA does
+// 8). The input comes as its codes, a slice one 32-bit word of 4 unsigned bytes u = q + 128 at the slice's vec4
+// index (gd_code4: stored by the input's producer alongside its values, or by quantize_u8.cl); the weights are the
+// model's int8 values, [block][ky][kx][src slice][NV][16 output channels][4 input channels] (ops/conv.py
 // int8_weight_words), so one step is a pixel's word broadcast to 16 lanes against 16 output channels x 4 inputs.
 // The sum over u * w exceeds the one over (q - zp) * w by (zp + 128) * (sum of the channel's weights); CORR, per
 // output channel, is the model's int32 bias minus that (exact, in int32), and SCALE the input's scale times the

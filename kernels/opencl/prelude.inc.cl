@@ -79,6 +79,13 @@ GD_ROUND(float) GD_ROUND(float4) GD_ROUND(float16)
 #ifndef GD_CONVERT
 #define GD_CONVERT(x, T) convert_##T(x)
 #endif
+// GD_AVX2_ONLY: the compiler targets x86 with AVX2 but not AVX-512: 16 vector registers of 8 floats (kernels tuned
+// on AVX-512's 32 of 16 spill there) and no vpmovdb
+#if defined(__AVX2__) && !defined(__AVX512F__)
+#define GD_AVX2_ONLY 1
+#else
+#define GD_AVX2_ONLY 0
+#endif
 #define GD_QROUND(T, I, U) inline T __attribute__((overloadable)) gd_qround(T x, float lo, float hi) { \
     x = x >= (T)(lo) ? x : (T)(lo); \
     x = x <= (T)(hi) ? x : (T)(hi); \
@@ -96,7 +103,7 @@ GD_QROUND(float4, int4, uint4) GD_QROUND(float16, int16, uint16)
 // no such instruction, and the compiler moved the bytes one by one (a vpextrd and a vpinsrb each); there the
 // conversion to int32 rounds (to nearest even, as the 2^23 above) and two saturating packs make the bytes
 // (ResNet50 int8's kernels that store codes, each alone, fastest of 25: 5.47 -> 5.23 ms).
-#if defined(__AVX2__) && !defined(__AVX512BW__)
+#if GD_AVX2_ONLY
 inline uint gd_code4(float4 v, float inv, float off) {
   int4 i = __builtin_ia32_cvtps2dq(clamp(v * inv + off, 0.0f, 255.0f));
   return as_uint4(__builtin_ia32_packuswb128(__builtin_ia32_packssdw128(i, i), (short8)(0))).x;
