@@ -744,7 +744,8 @@ def _postop_step(k: int, p: PostOp, vec: str, expr: str, operand: str) -> str:
         lanes = [f"s{j:x}" for j in range(16)] if wide else list("xyzw")
         splat = "SPLAT16" if wide else "SPLAT"
         quotient = f"v / {splat}(PQ{k}_SCALE)" if p.exact else f"v * {splat}(PQ{k}_INVERSE)"
-        code = (f"{'convert_int16' if wide else 'TO_INT4'}(QROUND({quotient}, PQ{k}_LO, PQ{k}_HI)) + PQ{k}_OFFSET")
+        rounded = f"QROUND({quotient}, PQ{k}_LO, PQ{k}_HI)"
+        code = (f"GD_CONVERT({rounded}, int16)" if wide else f"TO_INT4({rounded})") + f" + PQ{k}_OFFSET"
         return (f"{{ {'int16' if wide else 'INT4'} c = {code}; v = {'(float16)(' if wide else 'MAKE_FLT4('}"
                 + ", ".join(f"p{k}_read1(c.{lane})" for lane in lanes) + "); }")
     if p.operand is None:
