@@ -282,8 +282,28 @@ def dot_convs(seed: int = 15) -> QModel:
     return b
 
 
+def grid_keepers(seed: int = 16) -> QModel:
+    """int8 ops whose kernels store values of their input's grid, each on that grid (no fake-quant step of their own:
+    Op.gpu_keeps_grid): AVERAGE_POOL 3x3 (SAME, its sum rounded once), 7x7 (VALID) and 1x1 (stride 2), MAX_POOL, PAD;
+    and an AVERAGE_POOL whose fused RELU6 bounds lie off the grid, which keeps its step."""
+    b = QModel(np.int8, seed)
+    b.input("x", [2, 9, 10, 6], (0.05, -4))
+    b.op("AVERAGE_POOL_2D", ["x"], "avg_3x3", [2, 9, 10, 6], "input", padding="SAME", stride_h=1, stride_w=1,
+         filter_height=3, filter_width=3)
+    b.op("AVERAGE_POOL_2D", ["avg_3x3"], "avg_7x7", [2, 3, 4, 6], "input", padding="VALID", stride_h=1, stride_w=1,
+         filter_height=7, filter_width=7)
+    b.op("AVERAGE_POOL_2D", ["x"], "avg_1x1_s2", [2, 5, 5, 6], "input", padding="VALID", stride_h=2, stride_w=2,
+         filter_height=1, filter_width=1)
+    b.op("MAX_POOL_2D", ["avg_1x1_s2"], "max_pool", [2, 4, 4, 6], "input", padding="VALID", stride_h=1,
+         stride_w=1, filter_height=2, filter_width=2)
+    b.op("PAD", ["max_pool", b.const(np.array([[0, 0], [1, 0], [0, 2], [0, 0]], I32))], "pad", [2, 5, 6, 6], "input")
+    b.op("AVERAGE_POOL_2D", ["x"], "avg_relu6", [2, 5, 5, 6], "input", padding="SAME", stride_h=2, stride_w=2,
+         filter_height=2, filter_width=2, fused_activation_function="RELU6")
+    return b
+
+
 MODELS = {"int8_conv_trunk": conv_trunk, "int8_layout_chain": layout_chain, "uint8_chain": uint8_chain,
-          "int8_dot_convs": dot_convs}
+          "int8_dot_convs": dot_convs, "int8_grid_keepers": grid_keepers}
 
 
 @functools.cache
@@ -317,6 +337,17 @@ def test_quantized_chain(backend, name):
     LiteRT's run of the whole model, pooled over every tensor (one step of difference upstream moves values
     downstream across rounding boundaries, so the per-node check is the one that pins each op down)."""
     check_chain(backend, name)
+
+
+def test_ops_that_keep_their_grid_take_no_fake_quant_step(backend):
+    """The pools and the PAD of grid_keepers store their results without a fake-quant step of their own (they
+    match LiteRT node by node in test_quantized_chain); the pool with RELU6 fused keeps its step."""
+    b, content, _ = model("int8_grid_keepers")
+    it, _ = run_gpu(content, b.feeds, backend)
+    plan = runner_of(it).plan
+    names = {k: b.nodes[k][2] for k in range(len(b.nodes))}
+    stepped = {names[p.node] for call in plan.kernels for p in call.postops if p.kind == "fake_quant"}
+    assert stepped == {"avg_relu6"}, stepped
 
 
 def test_int8_convolutions_on_integer_dot_products(monkeypatch):

@@ -36,6 +36,9 @@ class GpuOp(Protocol):
     def gpu_table(node: Node, graph: Graph) -> CodeTable | None: ...
 
     @staticmethod
+    def gpu_keeps_grid(node: Node, graph: Graph) -> bool: ...
+
+    @staticmethod
     def lower(node: Node, graph: Graph, ctx: LowerContext) -> None: ...
 
     @staticmethod

@@ -26,6 +26,10 @@ class FusedOp:
     def gpu_table(node: Node, graph: Graph) -> CodeTable | None:
         return None
 
+    @staticmethod
+    def gpu_keeps_grid(node: Node, graph: Graph) -> bool:
+        return False
+
     @classmethod
     def run_cpu(cls, node: Node, graph: Graph, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
         return cls.original.run_cpu(node, graph, inputs)

@@ -178,6 +178,12 @@ class Op:
         return None
 
     @staticmethod
+    def gpu_keeps_grid(node: Node, graph: Graph) -> bool:
+        """8-bit quantized ops whose GPU kernel stores values of its input's grid only (moved, selected, or TFLite's
+        integer average computed on it): where that is the output's grid too, the result takes no fake-quant step."""
+        return False
+
+    @staticmethod
     def lower(node: Node, graph: Graph, ctx: LowerContext) -> None:
         """Emit the node's GPU kernel calls through ``ctx``. Ops with a GPU kernel override this; gpu_support
         has said yes before it is called."""

@@ -96,6 +96,16 @@ def is_quantized(t: Tensor) -> bool:
     return t.quant is not None and is_quantized_int(t.dtype)
 
 
+def same_grid(a: Tensor, b: Tensor) -> bool:
+    """Whether two per-tensor quantized tensors of one integer type stand for the same values by the same codes
+    (scales equal as float32, zero points equal)."""
+    if not (is_quantized(a) and is_quantized(b)) or a.dtype != b.dtype or a.quant is None or b.quant is None or \
+            a.quant.per_channel or b.quant.per_channel:
+        return False
+    (sa, za), (sb, zb) = a.quant.scalar(), b.quant.scalar()
+    return bool(np.float32(sa) == np.float32(sb)) and za == zb
+
+
 def per_tensor(node: Node, t: Tensor) -> tuple[float, int]:
     """(scale, zero_point) of a per-tensor quantized tensor; a ModelError for anything else."""
     if t.quant is None:

@@ -30,7 +30,7 @@ from ..graph import ACT_NONE, ACT_SIGN_BIT, Graph, Node
 from ..lowering.context import LowerContext
 from ..phwc4 import BHWC, bhwc, same_layout, slices
 from .base import Defines, Op, register
-from .checks import all_required, const_input, data_dependent, input_count, required
+from .checks import all_required, const_input, data_dependent, input_count, required, same_grid
 
 Shape = tuple[int, ...]
 Shapes = list[Shape | None]
@@ -1198,6 +1198,11 @@ class Pad(Op):
                                                       len(g.tensors[n.inputs[0]].shape)))
 
     @staticmethod
+    def gpu_keeps_grid(node: Node, graph: Graph) -> bool:
+        # PAD pads with 0.0, the zero point's value (PADV2's constant may lie off the grid)
+        return node.op == "PAD" and same_grid(graph.tensors[node.inputs[0]], graph.tensors[node.outputs[0]])
+
+    @staticmethod
     def lower(node: Node, graph: Graph, ctx: LowerContext) -> None:
         src, dst = ctx.input(node, 0), ctx.output(node, 0)
         rank = len(ctx.shape(src))
@@ -1255,6 +1260,11 @@ class MirrorPad(Op):
         return _gpu_check(node, graph, params={1: "paddings"},
                           plan=lambda n, g: MirrorPad._pads(n, const_input(n, g, 1, "paddings"),
                                                             g.tensors[n.inputs[0]].shape))
+
+    @staticmethod
+    def gpu_keeps_grid(node: Node, graph: Graph) -> bool:
+        # PAD pads with 0.0, the zero point's value (PADV2's constant may lie off the grid)
+        return node.op == "PAD" and same_grid(graph.tensors[node.inputs[0]], graph.tensors[node.outputs[0]])
 
     @staticmethod
     def lower(node: Node, graph: Graph, ctx: LowerContext) -> None:

@@ -9,10 +9,10 @@ from ..cpu import conv as K
 from ..cpu import pool as P
 from ..cpu.quant import activation_range
 from ..errors import ModelError
-from ..graph import Graph, Node
+from ..graph import ACT_NONE, Graph, Node
 from ..lowering.context import LowerContext
 from .base import Defines, Op, as_f32, register
-from .checks import F32, I8, U8, input_count, need_rank, output_of, quant_of, required, scalar_quant
+from .checks import F32, I8, U8, input_count, need_rank, output_of, quant_of, required, same_grid, scalar_quant
 from .window import act_defines, activation, gpu_check, need_window, window_attrs
 
 
@@ -34,6 +34,12 @@ class _Pool2D(Op):
     @staticmethod
     def lower(node: Node, graph: Graph, ctx: LowerContext) -> None:
         lower_pool(node, ctx)
+
+    @staticmethod
+    def gpu_keeps_grid(node: Node, graph: Graph) -> bool:
+        # the maximum of values on the grid, or kernels/dialect/pool.dialect's integer average (QUANT); a fused
+        # activation's bounds may lie off the grid
+        return activation(node) == ACT_NONE and same_grid(graph.tensors[node.inputs[0]], graph.tensors[node.outputs[0]])
 
     @classmethod
     def check(cls, node: Node, graph: Graph) -> None:
