@@ -284,7 +284,8 @@ def dot_convs(seed: int = 15) -> QModel:
 
 def grid_keepers(seed: int = 16) -> QModel:
     """int8 ops whose kernels store values of their input's grid, each on that grid (no fake-quant step of their own:
-    Op.gpu_keeps_grid): AVERAGE_POOL 3x3 (SAME, its sum rounded once), 7x7 (VALID) and 1x1 (stride 2), MAX_POOL, PAD;
+    Op.gpu_keeps_grid): AVERAGE_POOL 3x3 (SAME, its sum rounded once), 7x7 (VALID), 1x1 (stride 2) and 9x9 (each value
+    rounded: more than 64), MAX_POOL, PAD;
     and an AVERAGE_POOL whose fused RELU6 bounds lie off the grid, which keeps its step."""
     b = QModel(np.int8, seed)
     b.input("x", [2, 9, 10, 6], (0.05, -4))
@@ -294,6 +295,8 @@ def grid_keepers(seed: int = 16) -> QModel:
          filter_height=7, filter_width=7)
     b.op("AVERAGE_POOL_2D", ["x"], "avg_1x1_s2", [2, 5, 5, 6], "input", padding="VALID", stride_h=2, stride_w=2,
          filter_height=1, filter_width=1)
+    b.op("AVERAGE_POOL_2D", ["x"], "avg_9x9", [2, 1, 2, 6], "input", padding="VALID", stride_h=1, stride_w=1,
+         filter_height=9, filter_width=9)
     b.op("MAX_POOL_2D", ["avg_1x1_s2"], "max_pool", [2, 4, 4, 6], "input", padding="VALID", stride_h=1,
          stride_w=1, filter_height=2, filter_width=2)
     b.op("PAD", ["max_pool", b.const(np.array([[0, 0], [1, 0], [0, 2], [0, 0]], I32))], "pad", [2, 5, 6, 6], "input")

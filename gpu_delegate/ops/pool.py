@@ -126,8 +126,9 @@ class L2Pool2D(Op):
 
 
 def lower_pool(node: Node, ctx: LowerContext) -> None:
-    """kernels/dialect/pool.dialect, one output vec4 per work item; an average over 8-bit values in TFLite's integer
-    arithmetic (the GPU holds them as floats on their quantization grid)."""
+    """kernels/dialect/pool.dialect, one output vec4 per work item (a CPU's OpenCL: opencl/pool.cl, 4 pixels); an
+    average over 8-bit values in TFLite's integer arithmetic (the GPU holds them as floats on their quantization
+    grid)."""
     src, dst = ctx.input(node, 0), ctx.output(node)
     _, h, w, _ = ctx.bhwc(src)
     ob, oh, ow, oc = ctx.bhwc(dst)
@@ -142,5 +143,6 @@ def lower_pool(node: Node, ctx: LowerContext) -> None:
         scale, zp = x.quant.scalar()
         defines.update({"QUANT": 1, "IN_SCALE": scale, "IN_INV": float(np.float32(1) / np.float32(scale)),
                         "IN_ZP": float(zp)})
-    ctx.kernel("pool", {"src": src}, {"dst": dst}, defines=defines, grid=ctx.grid(dst),
+    grid, variants = ctx.quads_layout(dst, "pool")  # a CPU's OpenCL: kernels/opencl/pool.cl, 4 pixels a work item
+    ctx.kernel("pool", {"src": src}, {"dst": dst}, defines=defines, grid=grid, variants=variants,
                constants=("IN_SCALE", "IN_INV", "IN_ZP") if defines["QUANT"] else ())
