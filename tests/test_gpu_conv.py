@@ -151,6 +151,9 @@ def test_conv_and_depthwise(backend):
     conv(b, x, "c3x3_valid_dilated", 5, hw, 17, (3, 3), 1, "VALID", dilation=2)
     g = b.input("g", [2, 9, 11, 6])
     conv(b, g, "grouped_3", 6, hw, 9, (3, 3), 1, "SAME", groups=3, act="RELU")
+    # one input channel a group (ConvNeXt's depthwise layers): run as depthwise convolutions
+    conv(b, g, "grouped_depthwise_7x7", 6, hw, 6, (7, 7), 1, "SAME", groups=6)
+    conv(b, g, "grouped_depthwise_mult2_s2_relu6", 6, hw, 12, (3, 3), 2, "VALID", groups=6, act="RELU6", bias=False)
     depthwise(b, x, "dw3x3_relu6", 5, hw, 1, 3, 1, "SAME", act="RELU6")
     depthwise(b, x, "dw3x3_s2_mult2", 5, hw, 2, 3, 2, "VALID", bias=False)
     depthwise(b, x, "dw3x3_dilated_relu", 5, hw, 1, 3, 1, "SAME", dilation=2, act="RELU")
@@ -163,6 +166,8 @@ def test_conv_and_depthwise(backend):
     it = check_float(b, backend)
     inner = [c.outputs["dst"] for c in plan_of(it).kernels if c.defines.get("BLOCKS_INNER")]
     assert [b.mb.tensors[t]["name"] for t in inner] == ["c1x1_many_pixels_blocks_inner"]
+    kernels = {b.mb.tensors[c.outputs["dst"]]["name"]: c.kernel for c in plan_of(it).kernels}
+    assert kernels["grouped_depthwise_7x7"] == kernels["grouped_depthwise_mult2_s2_relu6"] == "depthwise_conv2d"
 
 
 def test_wide_rows(backend):
@@ -348,6 +353,9 @@ def test_int8(backend):
     w, ws = qweights([1, 3, 3, 10], 3, 10)
     b.op("DEPTHWISE_CONV_2D", [x, w, qbias(10, ws)], "dw", [2, 5, 4, 10], np.int8, (0.04, 2),
          padding="SAME", stride_h=2, stride_w=3, depth_multiplier=2, version=3)
+    w, ws = qweights([10, 3, 3, 1], 0, 10)
+    b.op("CONV_2D", [x, w, qbias(10, ws)], "grouped_dw", [2, 10, 9, 10], np.int8, (0.04, -2), padding="SAME",
+         stride_h=1, stride_w=1, version=3)
     b.op("AVERAGE_POOL_2D", [x], "pool", [2, 5, 5, 5], np.int8, (0.02, 3), padding="SAME", stride_h=2,
          stride_w=2, filter_height=3, filter_width=2)
     b.op("MAX_POOL_2D", [x], "max_pool", [2, 4, 4, 5], np.int8, (0.02, 3), padding="VALID", stride_h=2,
@@ -359,7 +367,8 @@ def test_int8(backend):
     content = b.build()
     ref = run_litert(content, b.feeds, reference_kernels=True)
     _, outs = run_gpu(content, b.feeds, backend)
-    for name, o, r in zip(["conv", "dw", "pool", "max_pool", "fc", "fc_pixels"], outs, ref, strict=True):
+    for name, o, r in zip(["conv", "dw", "grouped_dw", "pool", "max_pool", "fc", "fc_pixels"], outs, ref,
+                          strict=True):
         assert r.std() > 3 and np.mean(r == -128) + np.mean(r == 127) < 0.3, \
             f"{name}: the test's scales leave the reference degenerate"
         assert_quant_close(o, r, what=f"{name} on {backend}")
