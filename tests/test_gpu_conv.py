@@ -228,6 +228,29 @@ def test_merged_pad_and_fused_elementwise(backend):
     assert any(n.startswith("fused") and "(RELU)" in n for n in notes), notes
 
 
+def test_causal_conv1d_pads_merged(backend):
+    """Keras Conv1D(padding="causal") as the converter writes it: PAD of the rank-3 [B, T, C] (T is W of its BHWC
+    form), RESHAPE to [B, 1, T + pad, C], VALID CONV_2D with a 1 x 3 window (dilations 1 and 2) or a grouped one of
+    one channel a group (a depthwise layer); each PAD merged into its convolution, which reads the unpadded tensor.
+    Batch 1: [B, T, C] is then stored as the convolution's [B, 1, T, C] is (a batch of 2 would need the reshape)."""
+    b = Builder()
+    x = b.input("x", [1, 20, 6])
+    for name, dilation, groups in (("causal", 1, 1), ("causal_dilated", 2, 1), ("causal_depthwise", 2, 6)):
+        pad = 2 * dilation
+        padded = b.op("PAD", [x, b.const(np.array([[0, 0], [pad, 0], [0, 0]], I32))], f"{name}_padded",
+                      [1, 20 + pad, 6], output=False)
+        rows = b.op("RESHAPE", [padded, b.const(np.array([1, 1, 20 + pad, 6], I32))], f"{name}_rows",
+                    [1, 1, 20 + pad, 6], output=False)
+        cout = 6 if groups > 1 else 5
+        out = b.op("CONV_2D", [rows, b.weights([cout, 1, 3, 6 // groups]), b.weights([cout])], name,
+                   [1, 1, 20, cout], padding="VALID", stride_h=1, stride_w=1, dilation_h_factor=1,
+                   dilation_w_factor=dilation, fused_activation_function="RELU", output=False)
+        b.op("RESHAPE", [out, b.const(np.array([1, 20, cout], I32))], f"{name}_out", [1, 20, cout])
+    it = check_float(b, backend)
+    assert "pad" not in [c.kernel for c in plan_of(it).kernels], plan_notes(it)
+    assert sum(n.startswith("merged") for n in plan_notes(it)) == 3, plan_notes(it)
+
+
 def test_fp16_storage(backend):
     b = Builder()
     chain(b)

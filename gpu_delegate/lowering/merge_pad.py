@@ -5,29 +5,35 @@ from __future__ import annotations
 import numpy as np
 
 from ..graph import PADDING_VALID
+from ..phwc4 import bhwc
 from .view import PartitionView, PassResult
 
 TAKERS = {"CONV_2D", "DEPTHWISE_CONV_2D"}
 
 
-def zero_pads(view: PartitionView, n: int) -> np.ndarray | str:
-    """The [4, 2] paddings of a PAD / PADV2 node of a 4-D tensor that pads with the constant 0, or why it is not
-    one (shared with pad_channels)."""
+def zero_pads(view: PartitionView, n: int, ranks: tuple[int, ...] = (4,)) -> np.ndarray | str:
+    """The paddings of a PAD / PADV2 node of a tensor of one of ``ranks`` that pads with the constant 0, as the
+    [4, 2] paddings of its BHWC form (phwc4.bhwc: missing leading dimensions are 1), or why it is not one (shared with
+    pad_channels)."""
     node = view.graph.nodes[n]
     ins = view.node_inputs(n)
-    if len(view.shapes[ins[0]]) != 4:
-        return "its input is not 4-D"
+    rank = len(view.shapes[ins[0]])
+    if rank not in ranks:
+        return "its input is not 4-D" if ranks == (4,) else f"its input has rank {rank}"
     pads = view.const(ins[1])
-    if pads is None or np.shape(pads) != (4, 2):
-        return "its paddings are not a constant [4, 2]"
+    if pads is None or np.shape(pads) != (rank, 2):
+        return f"its paddings are not a constant [{rank}, 2]"
     if node.op == "PADV2" and (len(ins) < 3 or view.const(ins[2]) is None or np.any(view.const(ins[2]) != 0)):
         return "it pads with a value other than 0"
-    return np.asarray(pads, np.int64)
+    bhwc_pads = np.zeros((4, 2), np.int64)
+    bhwc_pads[4 - rank:] = np.asarray(pads, np.int64)
+    return bhwc_pads
 
 
 def spatial_pads(view: PartitionView, n: int) -> tuple[int, int, int, int] | str:
-    """(top, bottom, left, right) of a PAD node that pads only H and W with zeros, or why it is not one."""
-    pads = zero_pads(view, n)
+    """(top, bottom, left, right) of a PAD node that pads only H and W (of its input's BHWC form: a Conv1D's causal
+    PAD of [B, T, C] pads W) with zeros, or why it is not one."""
+    pads = zero_pads(view, n, ranks=(2, 3, 4))
     if isinstance(pads, str):
         return pads
     if view.graph.tensors[view.node_inputs(n)[0]].quant is not None:
@@ -56,13 +62,14 @@ def run(view: PartitionView) -> PassResult:
             result.declined.append(f"{node}: its output is read by {len(users)} nodes or leaves the partition")
             continue
         user = graph.nodes[users[0]]
+        read = view.node_inputs(user.index)[0]  # out, or a dropped reshape's name for out's buffer
         if user.op not in TAKERS or user.attrs.get("padding") != PADDING_VALID or \
-                view.node_inputs(user.index)[0] != out:
+                read not in names.get(out, {out}) or bhwc(view.shapes[read]) != bhwc(view.shapes[out]):
             result.declined.append(f"{node}: its reader {user} is not a VALID convolution reading it as input 0")
             continue
         source = view.node_inputs(n)[0]
         view.read_as[(user.index, 0)] = source
-        readers[out].remove(user.index)
+        readers[read].remove(user.index)
         readers.setdefault(source, []).append(user.index)
         view.extra_padding[user.index] = pads
         removed.add(n)

@@ -813,7 +813,7 @@ def lower_joined_1x1(nodes: list[Node], ctx: LowerContext, joined: int) -> None:
 
 def lower_conv2d(node: Node, ctx: LowerContext) -> None:
     src, wt, bias, dst = ctx.input(node, 0), ctx.input(node, 1), ctx.input(node, 2), ctx.output(node)
-    xs = ctx.shape(src)
+    xs = ctx.bhwc(src)  # src may be a merged PAD's input of lower rank (lowering/merge_pad.py)
     o, kh, kw, cg = ctx.shape(wt)
     _, sh, sw, dh, dw = window_attrs(node)
     groups = xs[3] // cg
