@@ -268,11 +268,13 @@ def test_transpose_conv(backend):
         ("t3_s2_valid_relu", 13, 3, 2, "VALID", (9, 11), True, "RELU"),
         ("t3_s2_same_cropped", 5, 3, 2, "SAME", (7, 9), True, None),
         ("t2_s1_valid", 4, 2, 1, "VALID", (5, 6), False, None),
+        ("t3_s1x3_valid", 6, 3, (1, 3), "VALID", (6, 15), True, "RELU6"),  # OpenCL: 4 pixels 3 apart a work item
     ]:
         shape = b.const(np.array([2, *out_hw, cout], I32))
         ins = [shape, b.weights([cout, k, k, 5]), x] + ([b.weights([cout])] if bias else [])
         opts = {"fused_activation_function": act} if act else {}
-        b.op("TRANSPOSE_CONV", ins, name, [2, *out_hw, cout], padding=padding, stride_h=stride, stride_w=stride,
+        sh, sw = stride if isinstance(stride, tuple) else (stride, stride)
+        b.op("TRANSPOSE_CONV", ins, name, [2, *out_hw, cout], padding=padding, stride_h=sh, stride_w=sw,
              version=4 if act else 3 if bias else 1, **opts)
     check_float(b, backend)
 
