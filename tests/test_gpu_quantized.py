@@ -305,6 +305,50 @@ def grid_keepers(seed: int = 16) -> QModel:
     return b
 
 
+def padded_convs(seed: int = 17) -> QModel:
+    """int8 PADs on their input's grid read by VALID convolutions (merged into them by lowering/merge_pad.py, which
+    pad with the zero point's value): a 3x3 CONV_2D (RELU), a 3x3 DEPTHWISE, and a causal Conv1D's PAD of a rank-3
+    tensor read through a RESHAPE by a 1x3 CONV_2D."""
+    b = QModel(np.int8, seed)
+    b.input("x", [1, 8, 9, 6], (0.04, -9))
+    b.op("PAD", ["x", b.const(np.array([[0, 0], [1, 1], [2, 0], [0, 0]], I32))], "pad", [1, 10, 11, 6], "input")
+    wt = b.weights([20, 3, 3, 6], 54, 0)
+    b.op("CONV_2D", ["pad", wt, b.bias(20, wt)], "conv", [1, 8, 9, 20], padding="VALID", stride_h=1, stride_w=1,
+         fused_activation_function="RELU", version=3)
+    b.op("PAD", ["x", b.const(np.array([[0, 0], [1, 1], [1, 1], [0, 0]], I32))], "pad_dw", [1, 10, 11, 6], "input")
+    wt = b.weights([1, 3, 3, 6], 9, 3)
+    b.op("DEPTHWISE_CONV_2D", ["pad_dw", wt, b.bias(6, wt)], "dw", [1, 8, 9, 6], padding="VALID", stride_h=1,
+         stride_w=1, depth_multiplier=1, version=3)
+    b.input("t", [1, 20, 8], (0.05, 4))
+    b.op("PAD", ["t", b.const(np.array([[0, 0], [2, 0], [0, 0]], I32))], "pad_t", [1, 22, 8], "input")
+    b.op("RESHAPE", ["pad_t", b.const(np.array([1, 1, 22, 8], I32))], "rows", [1, 1, 22, 8], "input",
+         new_shape=[1, 1, 22, 8])
+    wt = b.weights([10, 1, 3, 8], 24, 0)
+    b.op("CONV_2D", ["rows", wt, b.bias(10, wt)], "causal", [1, 1, 20, 10], padding="VALID", stride_h=1,
+         stride_w=1, version=3)
+    return b
+
+
+@pytest.mark.parametrize("int8_dot", [False, True])
+def test_int8_pads_merge_into_their_convolutions(backend, int8_dot, monkeypatch):
+    """padded_convs with only the convolutions as outputs: no PAD kernel is left, and the outputs match LiteRT; with
+    integer dot products (OpenCL) the two CONV_2Ds run as conv2d_int8 on the PADs' inputs' codes, padding with the
+    zero point's code."""
+    if int8_dot:
+        if backend != "cl":
+            pytest.skip("integer dot products are OpenCL's")
+        monkeypatch.setitem(shared_delegate("cl", quantized=True).backend._info, "int8_dot", True)
+        monkeypatch.setattr(conv_ops, "INT8_MIN_MACS", 0)
+    b = padded_convs()
+    outputs = ["conv", "dw", "causal"]
+    content = b.build(outputs=outputs)
+    it, outs = run_gpu(content, b.feeds, backend)
+    kernels = Counter(c.kernel for c in runner_of(it).plan.kernels)
+    assert "pad" not in kernels and (kernels["conv2d_int8"] == 2) == int8_dot, kernels
+    for name, got, refs in zip(outputs, outs, litert_both(content, b.feeds), strict=True):
+        assert_quantized_match(got, refs, f"{name} on {backend}, int8_dot={int8_dot}")
+
+
 MODELS = {"int8_conv_trunk": conv_trunk, "int8_layout_chain": layout_chain, "uint8_chain": uint8_chain,
           "int8_dot_convs": dot_convs, "int8_grid_keepers": grid_keepers}
 

@@ -36,8 +36,11 @@ def spatial_pads(view: PartitionView, n: int) -> tuple[int, int, int, int] | str
     pads = zero_pads(view, n, ranks=(2, 3, 4))
     if isinstance(pads, str):
         return pads
-    if view.graph.tensors[view.node_inputs(n)[0]].quant is not None:
-        return "its input is quantized (zero is the zero point, not 0.0)"
+    x, y = view.node_inputs(n)[0], view.graph.nodes[n].outputs[0]
+    grid = view.quant_grid(x)
+    if view.graph.tensors[x].quant is not None and (grid is None or grid != view.quant_grid(y)):
+        # on one grid the pad's zero point stands for 0.0, which the convolutions pad with (conv2d_int8: its code)
+        return "its input is quantized on another grid than its output"
     if np.any(pads[0] != 0) or np.any(pads[3] != 0) or np.any(pads < 0):
         return "it pads the batch or channels, or crops"
     return int(pads[1, 0]), int(pads[1, 1]), int(pads[2, 0]), int(pads[2, 1])
@@ -71,6 +74,8 @@ def run(view: PartitionView) -> PassResult:
         view.read_as[(user.index, 0)] = source
         readers[read].remove(user.index)
         readers.setdefault(source, []).append(user.index)
+        for alias in names.get(out, set()) - {out}:  # the dropped reshapes of the PAD's output: nothing reads them now
+            view.aliases.pop(alias, None)
         view.extra_padding[user.index] = pads
         removed.add(n)
         result.applied.append(f"merged {node} into {user}")
