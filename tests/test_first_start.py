@@ -284,8 +284,9 @@ def test_pocl_programs_are_left_to_its_kernel_cache(tmp_path, monkeypatch):
 # -- one build per program and process (issue 18, item 11) ------------------------------------------------------
 
 def driver_builds(backend: str, monkeypatch, delay_s: float = 0.0) -> list[str]:
-    """What the driver is asked to build or load from now on, spied at the API: pyopencl's Program.build on
-    OpenCL, glCompileShader and glProgramBinary on GL; each waits ``delay_s`` first."""
+    """What the driver is asked to build or load from now on, spied at the API: the build of pyopencl's driver
+    program object on OpenCL (backends/opencl.py builds through it; Program.build where pyopencl has none),
+    glCompileShader and glProgramBinary on GL; each waits ``delay_s`` first."""
     builds: list[str] = []
 
     def spy(name, real):
@@ -296,7 +297,8 @@ def driver_builds(backend: str, monkeypatch, delay_s: float = 0.0) -> list[str]:
         return call
 
     if backend == "cl":
-        monkeypatch.setattr(cl.Program, "build", spy("clBuildProgram", cl.Program.build))
+        program = getattr(getattr(cl, "_cl", None), "_Program", cl.Program)
+        monkeypatch.setattr(program, "build", spy("clBuildProgram", program.build))
     else:
         gl = opengl.open_context().gl
         for name in ("CompileShader", "ProgramBinary"):
