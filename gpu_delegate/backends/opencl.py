@@ -222,8 +222,8 @@ class OpenCLBackend(Backend):
     def _build_driver_program(self, source: str, binary: bytes | None, what: str) -> cl.Program:
         # pyopencl's Program.build adds "-I <its headers' folder>" to every build, a path inside the virtual
         # environment, and PoCL keys its kernel cache on the options: every new environment compiled every kernel
-        # again (a fresh clone's tests/test_backends.py: 67 s, 8 s on PoCL's cache). The driver's program object
-        # builds with our options alone; pyopencl's public path where it has none.
+        # again (a fresh clone's tests/test_backends.py: 61 s; 7.5 s in another new one, building as here). The
+        # driver's program object builds with our options alone; pyopencl's public path where it has none.
         driver_program = getattr(getattr(cl, "_cl", None), "_Program", None)
         try:
             if driver_program is None:
@@ -234,18 +234,11 @@ class OpenCLBackend(Backend):
                     return cl.Program(self.context, [self.device], [binary]).build(self._options)
             built = driver_program(self.context, source) if binary is None else \
                 driver_program(self.context, [self.device], [binary])
-        except cl.Error as e:
-            if binary is not None:
-                raise DelegateError(f"OpenCL: {what}: the program binary does not load: {e}") from e
-            raise DelegateError(f"OpenCL: {what} failed to compile:\n{e}\n"
-                                f"--- source ---\n{numbered(source)}") from e
-        try:
             built.build(self._options.encode(), [self.device])
         except cl.Error as e:
             if binary is not None:
                 raise DelegateError(f"OpenCL: {what}: the program binary does not load: {e}") from e
-            log = built.get_build_info(self.device, cl.program_build_info.LOG)
-            raise DelegateError(f"OpenCL: {what} failed to compile:\n{e}\n{log}\n"
+            raise DelegateError(f"OpenCL: {what} failed to compile:\n{e}\n"  # the error holds the build log
                                 f"--- source ---\n{numbered(source)}") from e
         return cl.Program(built)
 
