@@ -1262,11 +1262,6 @@ class MirrorPad(Op):
                                                             g.tensors[n.inputs[0]].shape))
 
     @staticmethod
-    def gpu_keeps_grid(node: Node, graph: Graph) -> bool:
-        # PAD pads with 0.0, the zero point's value (PADV2's constant may lie off the grid)
-        return node.op == "PAD" and same_grid(graph.tensors[node.inputs[0]], graph.tensors[node.outputs[0]])
-
-    @staticmethod
     def lower(node: Node, graph: Graph, ctx: LowerContext) -> None:
         src, dst = ctx.input(node, 0), ctx.output(node, 0)
         rank = len(ctx.shape(src))
