@@ -9,7 +9,6 @@ from __future__ import annotations
 import numpy as np
 
 import gpu_delegate as gd
-from gpu_delegate.cpu.quant import dequantize, quantize
 from gpu_delegate.tflite import read_model
 from gpu_delegate.tflite.writer import ModelBuilder
 
@@ -236,8 +235,18 @@ def test_int8(backend):
     # LiteRT's int8 kernel refuses inputs quantized unlike the output: its reference covers the moves only
     (ref,) = run_litert(build(inputs[:1], moves, ["r"]), [x])
     assert_quant_close(ours[0], ref, min_equal=0.97, max_steps=1, what="pad, transpose, resize")
-    want = quantize(np.concatenate([dequantize(x, *qx), dequantize(y, *qy)], 3), *qo, np.int8)
-    assert_quant_close(ours[1], want, max_steps=1, what="concatenation")
+    # the requantization in float32, rounding halves away from zero (numpy, not the package's helpers)
+    real = np.concatenate([(x.astype(np.float32) - np.float32(qx[1])) * np.float32(qx[0]),
+                           (y.astype(np.float32) - np.float32(qy[1])) * np.float32(qy[0])], 3)
+    quotient = real / np.float32(qo[0])
+    rounded = np.sign(quotient) * np.floor(np.abs(quotient.astype(np.float64)) + 0.5)
+    want = np.clip(rounded + qo[1], -128, 127).astype(np.int8)
+    # these scales put a quarter of the quotients on a half: a division within GLSL's 2.5 ulp (NVIDIA's GL is not
+    # correctly rounded) or a contracted dequantization may round those either way. The rest must match.
+    near_half = np.abs(np.abs(quotient - np.trunc(quotient)) - 0.5) <= 8 * np.spacing(np.abs(quotient))
+    assert 0.1 < near_half.mean() < 0.5
+    assert_quant_close(ours[1][~near_half], want[~near_half], max_steps=1, what="concatenation")
+    assert_quant_close(ours[1][near_half], want[near_half], min_equal=0.0, max_steps=1, what="concatenation ties")
 
 
 def test_real_model_layout_nodes_supported(backend):

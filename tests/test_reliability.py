@@ -153,7 +153,7 @@ def big_add(shape) -> bytes:
 
 
 def test_a_tensor_larger_than_a_gl_buffer_runs_on_the_cpu():
-    """GL's storage blocks hold 128 MiB here: a [1, 1024, 1024, 36] float tensor (144 MiB in PHWC4) cannot be one.
+    """llvmpipe's storage blocks hold 128 MiB: a [1, 1024, 1024, 36] float tensor (144 MiB in PHWC4) cannot be one.
     The node must stay on the CPU, with the reason, and run; not fail in the middle of preparing."""
     try:
         d = gd.GpuDelegate(backend="gl")
@@ -161,7 +161,8 @@ def test_a_tensor_larger_than_a_gl_buffer_runs_on_the_cpu():
         pytest.skip(f"no GL: {e}")
     shape = (1, 1024, 1024, 36)
     limit = d.backend.device_info()["max_buffer_bytes"]
-    assert 1024 * 1024 * 9 * 16 > limit, "this device holds the tensor: the test would prove nothing"
+    if 1024 * 1024 * 9 * 16 <= limit:  # NVIDIA's GL: 2 GiB; a tensor beyond that is too costly for a test
+        pytest.skip(f"this device's storage blocks hold {limit} bytes: the 144 MiB tensor fits")
     it = interpreter(big_add(shape), d)
     assert on(it) == {"cpu"}
     assert "too large for the device" in it.cpu_reasons()[0]

@@ -10,7 +10,7 @@
 #define TO_FLT4(v) vec4(v)
 #define FABS(x) abs(x)
 #define RSQRT(x) inversesqrt(x)
-// GLSL ES 3.1 has no fma(); the product is rounded before the add.
+// GLSL ES 3.1 has no fma(): llvmpipe rounds the product before the add, a GPU's compiler may fuse them.
 #define FMA(a, b, c) ((a) * (b) + (c))
 #define RINT(x) roundEven(x)
 #define ATAN2(y, x) atan((y), (x))
