@@ -110,24 +110,22 @@ def _horner(coeffs: tuple[float, ...], x: str) -> str:
     return text
 
 
-# erfc in float32 (GLSL has no erf): 1 - z * P(z^2) for |z| <= 1, else exp(-z^2) * Q(1 / (1 + |z| / 2)),
-# mirrored for z < 0. P and Q are least-squares fits (relative error, 4000 Chebyshev nodes) of erf(z)/z on
-# [0, 1] and erfc(z) * exp(z^2) on [1, 9.5]; evaluated in float32, the result is within 2e-7 of erfc.
-_ERF_SMALL = (7.898209878476337e-05, -0.0008024353883229196, 0.00519005348905921, -0.026854809373617172,
-              0.11283612251281738, -0.3761262893676758, 1.128379225730896)
-_ERFC_TAIL = (-0.06490720808506012, 0.31732285022735596, -0.5586756467819214, 0.3607747256755829,
-              -0.0833912044763565, 0.2267986685037613, 0.23675264418125153, 0.2833757996559143,
-              0.28200092911720276, 3.016498567376402e-06)
+# erf in float32 (GLSL has no erf): z * P(z^2) / Q(z^2) on z clamped to [-4, 4] (erf(4) is 1 in float32), the
+# rational approximation of Eigen's and XLA's float erf; within 4.2e-7 of erf (measured in float32 arithmetic).
+# GELU's 1 + erf(z) then cancels for z < -2, as LiteRT's own `0.5 x (1 + erf(x / sqrt 2))` does: the absolute
+# error stays below 1.2e-6. An erfc tail with exp() kept the relative precision there at 2.5x the cost (PoCL:
+# 18.3 vs 7.2 ns a vec4; the text transformer's two FFN convolutions with GELU 440 -> 150 us each).
+_ERF_NUMERATOR = (-2.72614225801306e-10, 2.77068142495902e-08, -2.10102402082508e-06, -5.69250639462346e-05,
+                  -7.34990630326855e-04, -2.95459980854025e-03, -1.60960333262415e-02)
+_ERF_DENOMINATOR = (-1.45660718464996e-05, -2.13374055278905e-04, -1.68282697438203e-03, -7.37332916720468e-03,
+                    -1.42647390514189e-02)
 
 
-def _erfc(z: str) -> str:
-    az = f"FABS({z})"
-    t = f"({_f(1)} / ({_f(1)} + {_f(0.5)} * {az}))"
-    tail = f"(exp(-{az} * {az}) * {_horner(_ERFC_TAIL, t)})"
-    # z > 1: tail; z < -1: 2 - tail (exact in the sign arithmetic, so a tiny tail keeps its precision)
-    big = f"(({_f(1)} - sign({z})) + sign({z}) * {tail})"
-    small = f"({_f(1)} - {z} * {_horner(_ERF_SMALL, f'({z} * {z})')})"
-    return f"SELECT4({small}, {big}, GT4({az}, {_f(1)}))"
+def _erf(z: str) -> str:
+    """erf of the FLT4 expression ``z`` (a variable name or a parenthesised expression), as dialect text."""
+    x = f"clamp({z}, -4.0f, 4.0f)"
+    x2 = f"({x} * {x})"
+    return f"({x} * {_horner(_ERF_NUMERATOR, x2)} / {_horner(_ERF_DENOMINATOR, x2)})"
 
 
 def _pow_expr() -> str:
@@ -353,7 +351,7 @@ class Gelu(_Unary):
         if node.attrs.get("approximate", False):
             inner = f"{_f(math.sqrt(2 / math.pi))} * (a + {_f(0.044715)} * a * a * a)"
             return f"{_f(0.5)} * a * ({_f(1)} + tanh({inner}))"
-        return f"{_f(0.5)} * a * {_erfc(f'(a * {_f(-math.sqrt(0.5))})')}"
+        return f"{_f(0.5)} * a * ({_f(1)} + {_erf(f'(a * {_f(math.sqrt(0.5))})')})"
 
 
 @register
