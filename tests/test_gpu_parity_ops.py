@@ -53,6 +53,24 @@ def test_gather_run_time_indices(backend, fp16, params, indices, axis):
 
 
 @pytest.mark.parametrize("fp16", FP)
+@pytest.mark.parametrize("table,indices,axis,dtype", [((50, 13), (2, 7), 0, np.float32),
+                                                      ((6, 5, 7), (3,), 2, np.float32),
+                                                      ((2, 9, 6), (4,), 1, np.float32),
+                                                      ((9, 5), (4, 3), 0, np.int32)])
+def test_gather_from_a_constant_table(backend, fp16, table, indices, axis, dtype):
+    """An embedding lookup: constant params (Keras' Embedding), run-time indices."""
+    out = table[:axis] + indices + table[axis + 1:]
+    values = rng.standard_normal(table).astype(np.float32) if dtype == np.float32 else \
+        rng.integers(-70000, 70000, table).astype(np.int32)
+    if fp16 and dtype == np.float32:  # exact in fp16 storage (int32 tensors are held in float32)
+        values = values.astype(np.float16).astype(np.float32)
+    content = one("GATHER", [values, (indices, np.int32)], out, dtype, axis=axis)
+    idx = rng.integers(0, table[axis], indices).astype(np.int32)
+    idx.flat[0] = table[axis] - 1
+    expect(content, [idx], backend, fp16)
+
+
+@pytest.mark.parametrize("fp16", FP)
 @pytest.mark.parametrize("shape,axis,dtype", [((2, 5), -1, np.float32), ((3, 2, 3), 1, np.float32),
                                               ((4,), 0, np.int32), ((2, 3), 0, np.bool_)])
 def test_one_hot(backend, fp16, shape, axis, dtype):

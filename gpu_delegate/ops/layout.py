@@ -1015,7 +1015,9 @@ class Gather(Op):
         runtime = indices.data is None
         if runtime and (graph.constant_like(node.inputs[1]) or indices.dtype != np.int32):
             return f"run-time indices of type {indices.type_name or indices.dtype} (the GPU reads int32 ones)"
-        verdict = _gpu_check(node, graph, params={} if runtime else {1: "indices"})
+        # constant params with run-time indices: an embedding lookup (the table becomes a const buffer)
+        verdict = _gpu_check(node, graph, data=() if runtime and graph.constant_like(node.inputs[0]) else (0,),
+                             params={} if runtime else {1: "indices"})
         if verdict is not True:
             return verdict
         try:
@@ -1043,9 +1045,16 @@ class Gather(Op):
         axis, _ = _gather_axes(node, shape, ctx.shape(indices))
         runtime = not ctx.is_const(indices)
         defines: Defines = {"COUNT": _size(ctx.shape(indices)), "AXIS_SIZE": shape[axis],
-                            "INNER": _size(shape[axis + 1:]), "VEC4": axis < len(shape) - 1, "RUNTIME": runtime}
+                            "INNER": _size(shape[axis + 1:]), "VEC4": axis < len(shape) - 1, "RUNTIME": runtime,
+                            "CONST_SRC": False}
         dst = ctx.output(node, 0)
         if runtime:
+            if ctx.is_const(src):  # a const buffer has no geometry defines of its own: the table's go along
+                _, h, w, c = ctx.bhwc(src)
+                defines.update(CONST_SRC=True, TABLE_H=h, TABLE_W=w, TABLE_C=c, TABLE_S=slices(c))
+                params = ctx.const_tensor("gather_params", src)
+                ctx.kernel("gather", {"indices": indices}, {"dst": dst}, {"src": params}, defines, grid=ctx.grid(dst))
+                return
             ctx.kernel("gather", {"src": src, "indices": indices}, {"dst": dst}, defines=defines, grid=ctx.grid(dst))
             return
         values = ctx.const_ints(indices).reshape(-1)
