@@ -61,14 +61,13 @@ def group_supported(graph: Graph, supported: set[int]) -> list[Partition]:
         if (lvl % 2 == 0) != mine:
             lvl += 1
         level[node.index] = lvl
-    # A node with no producer (a DEQUANTIZE of constant weights, say) may run as late as its first consumer
-    # allows; left at level 0 it would sit in a partition apart from the conv that reads it whenever a CPU
-    # node comes before that conv. Raising it keeps every node at or above its producers' levels, so the
-    # partitions stay convex.
+    # Then every node runs as late as its consumers allow, last node first: one with no producer (a DEQUANTIZE of
+    # constant weights) or a chain from the graph's inputs (a text model's attention mask, built from the token
+    # ids beside a CPU node that adjusts them) would otherwise sit at level 0, in a partition apart from the
+    # nodes that read it. Raising a node keeps it at or above its producers' levels and below its consumers',
+    # so the partitions stay convex.
     consumers = graph.consumers()
-    for node in graph.live_nodes:
-        if any(producers.get(t) is not None for t in node.inputs):
-            continue
+    for node in reversed(graph.live_nodes):
         mine = node.index in supported
         latest = [level[c] - ((c in supported) != mine) for t in node.outputs for c in consumers.get(t, [])]
         if latest:

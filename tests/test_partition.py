@@ -166,3 +166,25 @@ def test_partitions_are_convex():
     assert [p.nodes for p in parts] == [[0], [2]]
     assert parts[0].outputs == [graph.nodes[0].outputs[0]] and parts[1].inputs == [graph.nodes[0].outputs[0],
                                                                                    graph.nodes[1].outputs[0]]
+
+
+def test_a_side_chain_joins_the_partition_that_reads_it():
+    """A text model's attention mask: built from the token ids by supported nodes beside a CPU node that adjusts the
+    ids, and read only after it. The chain runs as late as its reader and shares its partition (it used to sit at the
+    graph's start, a partition apart, and with one partition allowed on the CPU)."""
+    mb = ModelBuilder()
+    shape = [1, 2, 2, 4]
+    x = mb.input("x", shape)
+    t, m1, m2, y = (mb.tensor(n, shape) for n in ("t", "m1", "m2", "y"))
+    mb.op("TANH", [x], [t])  # the CPU node
+    mb.op("ADD", [x, x], [m1])  # the side chain, from the input alone
+    mb.op("MUL", [m1, m1], [m2])
+    mb.op("ADD", [t, m2], [y])  # its reader, after the CPU node
+    mb.output(y)
+    content = mb.build()
+    graph = read_model(content).main
+    assert [p.nodes for p in group_supported(graph, {1, 2, 3})] == [[1, 2, 3]]
+    it = gd.Interpreter(model_content=content, experimental_delegates=[NumpyDelegate(max_partitions=1)])
+    assert backends(it) == ["cpu", "numpy", "numpy", "numpy"]
+    xs = [np.random.default_rng(4).standard_normal(shape).astype(np.float32)]
+    np.testing.assert_allclose(run(it, xs)[0], run_litert(content, xs)[0], rtol=1e-6)
