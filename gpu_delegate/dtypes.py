@@ -94,3 +94,14 @@ def as_strings(value: np.ndarray, what: str) -> np.ndarray:
                              "not bytes or str")
         flat[i] = item
     return out
+
+
+FP16_MAX = 65504.0
+
+
+def fp16_saturated(values: np.ndarray) -> np.ndarray:
+    """Finite float32 ``values`` clamped into fp16's finite range (infinities and NaN kept): a constant beyond it
+    is a sentinel (an attention mask's -1e9), and as an fp16 infinity it would make 0 * mask NaN."""
+    if not values.size or float(np.max(np.abs(np.where(np.isfinite(values), values, 0.0)))) <= FP16_MAX:
+        return values
+    return np.where(np.isfinite(values), np.clip(values, -FP16_MAX, FP16_MAX), values)

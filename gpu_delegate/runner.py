@@ -35,6 +35,7 @@ from .backends.codegen import (
 )
 from .backends.compile_worker import CompileWorker, Group, Launch
 from .cache import fingerprint, partition_parts
+from .dtypes import fp16_saturated
 from .errors import DelegateError
 from .graph import Graph
 from .lowering.context import GpuOp
@@ -432,9 +433,9 @@ class PlanRunner:
         for n, fp32 in zip(plan.buffer_sizes, plan.buffer_fp32):
             self.buffers.append(backend.alloc(n, "fp32" if fp32 else self.precision))
         for key, rows in plan.consts.items():
-            buf = self.const_buffers[key] = backend.alloc(rows.shape[0],
-                                                          "fp32" if key in plan.fp32_consts else self.precision)
-            backend.upload(buf, rows)
+            precision = "fp32" if key in plan.fp32_consts else self.precision
+            buf = self.const_buffers[key] = backend.alloc(rows.shape[0], precision)
+            backend.upload(buf, rows if precision == "fp32" else fp16_saturated(rows))
         self.bind()
 
     def bind(self) -> None:

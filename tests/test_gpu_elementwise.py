@@ -434,3 +434,26 @@ def test_swish_runs_in_the_kernel_of_its_input(backend, quantized):
         assert all(steps[-1] == "lut" and "keep" not in steps for steps in kinds), kinds
     else:
         assert sum("keeping tensor" in note for note in plan.notes) == 2, plan.notes
+
+
+def test_fp16_constants_beyond_its_range_saturate(backend):
+    """An attention mask's -1e9 in fp16 storage: saturated to -65504, not -inf, so that 0 * mask is 0 and the masked
+    softmax has no NaN (the text transformer of bench/converter_models.py gave NaN on cl and gl in fp16)."""
+    shape = (1, 2, 3, 8)
+    mb = ModelBuilder()
+    masked, scores = mb.input("masked", shape), mb.input("scores", shape)
+    fill = mb.const("fill", np.array([-1e9, -1e9, 0, 0, -7e4, 3, -1e9, -1e9], np.float32))
+    drop, biased, y = mb.tensor("drop", shape), mb.tensor("biased", shape), mb.tensor("y", shape)
+    mb.op("MUL", [masked, fill], [drop])
+    mb.op("ADD", [scores, drop], [biased])
+    mb.op("SOFTMAX", [biased], [y], beta=1.0)
+    mb.output(y)
+    rng = np.random.default_rng(5)
+    inputs = [rng.integers(0, 2, shape).astype(np.float32), rng.standard_normal(shape).astype(np.float32)]
+    inputs[0][0, 0, 0] = 1.0  # a row masked whole: uniform in both
+    inputs[0][0, 0, 1] = 0.0
+    (ref,) = run_litert(mb.build(), inputs)
+    it = gd.Interpreter(model_content=mb.build(), experimental_delegates=[delegate(backend, True)])
+    (ours,) = run(it, inputs)
+    assert {d["backend"] for d in it.get_ops_details()} == {backend}
+    assert_float_close(ours, ref, 3e-3)
