@@ -453,6 +453,27 @@ def test_eight_output_slices_a_work_item(backend):
     assert len([c for c in plan_of(it).kernels if c.defines.get("BLOCK_S") == 8]) == (2 if eight else 0)
 
 
+def test_grouped_convs_of_whole_slices(backend):
+    """Grouped CONV_2Ds whose groups hold whole slices (input and output channels a group multiples of 4: ResNeXt's
+    and RegNet's 3x3 layers, ShuffleNet's grouped 1x1s) run on the dense kernels over each group's slices only,
+    any number of groups; blocks of output slices never straddle two groups (8 output channels a group: 2 slices).
+    Batch 2, fp32 and fp16 storage, against LiteRT."""
+    for fp16 in (False, True):
+        b = Builder()
+        hw = (9, 11)
+        x = b.input("x", [2, *hw, 32])
+        conv(b, x, "g2_3x3_same_relu", 32, hw, 32, (3, 3), 1, "SAME", groups=2, act="RELU")
+        conv(b, x, "g4_3x3_s2_valid_og8", 32, hw, 32, (3, 3), 2, "VALID", groups=4)
+        conv(b, x, "g8_3x3_dilated_nobias_og4", 32, hw, 32, (3, 3), 1, "SAME", dilation=2, groups=8, bias=False)
+        conv(b, x, "g4_1x1_og12", 32, hw, 48, (1, 1), 1, "VALID", groups=4, act="RELU6")
+        h = b.input("h", [2, *hw, 64])
+        conv(b, h, "g16_3x3_og8", 64, hw, 128, (3, 3), 1, "SAME", groups=16)
+        it = check_float(b, backend, fp16=fp16)
+        kernels = {b.mb.tensors[c.outputs["dst"]]["name"]: (c.kernel, c.defines.get("GROUPED"))
+                   for c in plan_of(it).kernels}
+        assert set(kernels.values()) == {("conv2d", 1)}, kernels
+
+
 def test_run_time_filters_and_many_groups_run_on_the_gpu(backend):
     """A filter computed at run time and a convolution of more than 8 groups (conv2d_grouped.dialect: not run as
     a dense one, which would cost groups times the work) run on the GPU, and agree with the CPU path (issue 16)."""

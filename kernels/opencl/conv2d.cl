@@ -8,6 +8,13 @@
 
 // @include opencl/conv_wide.inc.cl
 #define SRC_PLANE (src_H * src_W)
+#if GROUPED  // dialect/conv2d.dialect's grouped weights: a block reads its group's GROUP_S input slices
+#define IN_SLICES GROUP_S
+#define FIRST_SLICE(blk) (((blk) / GROUP_BLOCKS) * GROUP_S)
+#else
+#define IN_SLICES src_S
+#define FIRST_SLICE(blk) 0
+#endif
 
 // inside: every tap of the work item lies inside the input. Both call sites pass a constant and get their
 // own inlined copy.
@@ -34,8 +41,8 @@ __attribute__((always_inline)) inline void conv_block(int b, int blk, int oy, in
           mask[p] = ix >= 0 && ix < src_W ? 1.0f : 0.0f;
         }
       }
-      int wi = ((blk * KH + ky) * KW + kx) * src_S * 4 * BLOCK_S;
-      for (int s = 0; s < src_S; s++, wi += 4 * BLOCK_S) {
+      int wi = ((blk * KH + ky) * KW + kx) * IN_SLICES * 4 * BLOCK_S;
+      for (int s = FIRST_SLICE(blk); s < FIRST_SLICE(blk) + IN_SLICES; s++, wi += 4 * BLOCK_S) {
 #pragma unroll
         for (int p = 0; p < BLOCK_X; p++) {
           long i = (long)base[p] + (long)(4 * SRC_PLANE) * s;  // 64-bit: no sign extension per load
