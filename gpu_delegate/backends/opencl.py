@@ -23,7 +23,7 @@ import pyopencl as cl
 from ..errors import DelegateError
 from ..phwc4 import BHWC, DENSE_RUN, dense_store_grid
 from . import codegen
-from .base import Backend, Buffer, DeviceInfo, Program, ProgramCache, conversion_spec, numbered
+from .base import Backend, Buffer, DeviceInfo, Program, ProgramCache, conversion_spec, log, numbered
 from .codegen import KernelSpec
 
 T = TypeVar("T")
@@ -224,23 +224,28 @@ class OpenCLBackend(Backend):
         # environment, and PoCL keys its kernel cache on the options: every new environment compiled every kernel
         # again (a fresh clone's tests/test_backends.py: 61 s; 7.5 s in another new one, building as here). The
         # driver's program object builds with our options alone; pyopencl's public path where it has none.
+        # pyopencl warns (CompilerWarning) whenever a build log is not empty: NVIDIA's compiler (580, H200) wrote one
+        # for every program of a clean build under -w, a warning at each first start. The log goes to the debug log.
         driver_program = getattr(getattr(cl, "_cl", None), "_Program", None)
         try:
-            if driver_program is None:
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore", cl.CompilerWarning)
-                    if binary is None:
-                        return cl.Program(self.context, source).build(self._options)
-                    return cl.Program(self.context, [self.device], [binary]).build(self._options)
-            built = driver_program(self.context, source) if binary is None else \
-                driver_program(self.context, [self.device], [binary])
-            built.build(self._options.encode(), [self.device])
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", cl.CompilerWarning)
+                if driver_program is None:
+                    built = (cl.Program(self.context, source) if binary is None else
+                             cl.Program(self.context, [self.device], [binary])).build(self._options)
+                else:
+                    built = driver_program(self.context, source) if binary is None else \
+                        driver_program(self.context, [self.device], [binary])
+                    built.build(self._options.encode(), [self.device])
+            build_log = str(built.get_build_info(self.device, cl.program_build_info.LOG) or "").strip()
+            if build_log:
+                log.debug("OpenCL: %s: the compiler's log:\n%s", what, build_log)
         except cl.Error as e:
             if binary is not None:
                 raise DelegateError(f"OpenCL: {what}: the program binary does not load: {e}") from e
             raise DelegateError(f"OpenCL: {what} failed to compile:\n{e}\n"  # the error holds the build log
                                 f"--- source ---\n{numbered(source)}") from e
-        return cl.Program(built)
+        return built if driver_program is None else cl.Program(built)
 
     def _binary(self, program: Program) -> bytes:
         return bytes(program.handle[0].binaries[0])
