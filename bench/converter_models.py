@@ -43,12 +43,13 @@ def _tf():  # imported late so that --help works without TensorFlow
 # Each builder takes (keras module, size, batch) and returns a model; batch None is the open batch the converter
 # keeps as shape arithmetic in the graph.
 
-def _mobilenet_v3(keras, size: str, batch, which: str):
+def _mobilenet_v3(keras, size: str, batch, which: str, minimalistic: bool = False):
     from keras.src.applications import mobilenet_v3
 
     builder = getattr(keras.applications, which)
     if size == "full":
-        return builder(input_tensor=keras.Input((160, 160, 3), batch_size=batch), weights=None)
+        return builder(input_tensor=keras.Input((160, 160, 3), batch_size=batch), weights=None,
+                       minimalistic=minimalistic)
     full_head = mobilenet_v3.MobileNetV3
 
     def narrow_head(stack_fn, last_point_ch, *args, **kwargs):  # the 1024/1280-wide head is most of the bytes
@@ -57,7 +58,7 @@ def _mobilenet_v3(keras, size: str, batch, which: str):
     mobilenet_v3.MobileNetV3 = narrow_head
     try:
         return builder(input_tensor=keras.Input((32, 32, 3), batch_size=batch), alpha=0.35, weights=None,
-                       classes=10)
+                       classes=10, minimalistic=minimalistic)
     finally:
         mobilenet_v3.MobileNetV3 = full_head
 
@@ -68,6 +69,11 @@ def mobilenet_v3_small(keras, size: str, batch):
 
 def mobilenet_v3_large(keras, size: str, batch):
     return _mobilenet_v3(keras, size, batch, "MobileNetV3Large")
+
+
+def mobilenet_v3_small_minimalistic(keras, size: str, batch):
+    """MobileNetV3Small(minimalistic=True): ReLU for hard-swish, no squeeze-and-excite, 3x3 depthwise only."""
+    return _mobilenet_v3(keras, size, batch, "MobileNetV3Small", minimalistic=True)
 
 
 def efficientnet_b0(keras, size: str, batch):
@@ -190,6 +196,33 @@ def conv1d_audio(keras, size: str, batch):
         x = L.MaxPooling1D(2)(x)
     x = L.GlobalAveragePooling1D()(x)
     return keras.Model(inp, L.Dense(12, activation="softmax")(x), name="conv1d_audio")
+
+
+def resnext(keras, size: str, batch):
+    """ResNeXt bottleneck blocks: 1x1, a 3x3 grouped convolution of 8 channels a group, 1x1, projection shortcuts."""
+    L = keras.layers
+    side, base = (64, 64) if size == "full" else (16, 16)
+    inp = keras.Input((side, side, 3), batch_size=batch)
+    x = L.ReLU()(L.BatchNormalization()(L.Conv2D(base, 3, strides=2, padding="same", use_bias=False)(inp)))
+    for width, stride in ((base, 1), (2 * base, 2), (2 * base, 1)):
+        y = L.ReLU()(L.BatchNormalization()(L.Conv2D(width, 1, use_bias=False)(x)))
+        y = L.Conv2D(width, 3, strides=stride, padding="same", groups=width // 8, use_bias=False)(y)
+        y = L.ReLU()(L.BatchNormalization()(y))
+        y = L.BatchNormalization()(L.Conv2D(2 * width, 1, use_bias=False)(y))
+        shortcut = x if stride == 1 and x.shape[-1] == 2 * width else L.BatchNormalization()(
+            L.Conv2D(2 * width, 1, strides=stride, use_bias=False)(x))
+        x = L.ReLU()(L.Add()([y, shortcut]))
+    return keras.Model(inp, L.Dense(10)(L.GlobalAveragePooling2D()(x)), name="resnext")
+
+
+def text_cnn(keras, size: str, batch):
+    """A text classifier: token Embedding, two Conv1D with ReLU, max pooling, global max pooling, Dense softmax."""
+    L = keras.layers
+    length, vocab = (64, 2000) if size == "full" else (16, 200)
+    inp = keras.Input((length,), batch_size=batch, dtype="int32")
+    x = L.Conv1D(64, 5, activation="relu")(L.Embedding(vocab, 48)(inp))
+    x = L.Conv1D(64, 3, activation="relu")(L.MaxPooling1D(2)(x))
+    return keras.Model(inp, L.Dense(5, activation="softmax")(L.GlobalMaxPooling1D()(x)), name="text_cnn")
 
 
 def _text_rnn(keras, size: str, batch, name: str):
@@ -488,7 +521,8 @@ ARCHITECTURES: dict[str, Callable] = {f.__name__: f for f in (
     mobilenet_v3_small, mobilenet_v3_large, efficientnet_b0, efficientnet_v2_b0, nasnet_mobile, densenet121,
     resnet50, vit_block, unet, yolo_head, conv1d_audio, bilstm_keras3, bilstm_tf_keras, multi_io,
     mobilenet_v1, mobilenet_v2, convnext_tiny, xception_like, inception_like, se_resnet, text_transformer, tcn,
-    rnn_keras3, gru_tf_keras, image_ops, gather_where, spectrogram, conv3d_net, gan_generator, autoencoder)}
+    rnn_keras3, gru_tf_keras, image_ops, gather_where, spectrogram, conv3d_net, gan_generator, autoencoder,
+    mobilenet_v3_small_minimalistic, resnext, text_cnn)}
 
 
 # -- conversion -------------------------------------------------------------------------------------------------
@@ -496,7 +530,7 @@ ARCHITECTURES: dict[str, Callable] = {f.__name__: f for f in (
 # keras.applications models take pixels in [0, 255] and scale them inside the graph (Rescaling/Normalization
 # layers); fed normal noise their activations shrink by 255 and every output is the same softmax.
 PIXEL_INPUTS = {"mobilenet_v3_small", "mobilenet_v3_large", "efficientnet_b0", "efficientnet_v2_b0",
-                "convnext_tiny"}
+                "convnext_tiny", "mobilenet_v3_small_minimalistic"}
 
 
 def input_range(name: str) -> list[float] | None:
