@@ -769,7 +769,7 @@ def emit_conv(ctx: LowerContext, node: Node, src: int, dst: int, bias: int | tup
                                     wide=ctx.api == "OpenCL" and ctx.vector_width >= 16
                                     and ob * oh * ow * oc * c * kh * kw // groups >= WIDE_MIN_MACS)
     group_slices = slices(oc // groups)
-    while group_slices % block_s:  # a block's output slices lie in one group
+    while groups > 1 and group_slices % block_s:  # a block's output slices lie in one group
         block_s //= 2
     blocks = -(-slices(oc) // block_s)
     consts = {"w": ctx.const(f"{w_key}:{block_s}", lambda: conv_weight_rows(weights(), block_s))}
