@@ -1054,13 +1054,14 @@ def lower_transpose_conv(node: Node, ctx: LowerContext, xi: int, wi: int, bi: in
                                    lambda: channel_rows(ctx.const_value(node, bias), blocks * block_s))
     defines: Defines = {"KH": kh, "KW": kw, "SH": strides[0], "SW": strides[1], "PT": pads[0], "PL": pads[1],
                         "BLOCK_S": block_s, "DST_BLOCKS": blocks, "HAS_BIAS": int(bias >= 0), **act_defines(act)}
-    if ctx.api == "OpenCL":  # kernels/opencl/conv_transpose.cl: 4 pixels strides[1] apart a work item
-        per_phase = math.ceil(ow / strides[1])  # output columns of one phase (ox % strides[1])
-        grid = (strides[1] * math.ceil(per_phase / 4), oh, ob * blocks)
-        ctx.kernel("conv_transpose", {"src": src}, {"dst": dst}, consts, defines, grid,
-                   variants={"opencl": "conv_transpose"})
-        return
-    ctx.kernel("conv_transpose", {"src": src}, {"dst": dst}, consts, defines, (ow, oh, ob * blocks))
+    # pixels strides[1] apart a work item: 4 on every OpenCL device (kernels/opencl/conv_transpose.cl) and on a CPU's
+    # GL, one on a GPU's GL
+    pixels = 4 if ctx.api == "OpenCL" or ctx.device_type == "cpu" else 1
+    defines["PIXELS"] = pixels
+    per_phase = math.ceil(ow / strides[1])  # output columns of one phase (ox % strides[1])
+    grid = (strides[1] * math.ceil(per_phase / pixels), oh, ob * blocks)
+    ctx.kernel("conv_transpose", {"src": src}, {"dst": dst}, consts, defines, grid,
+               variants={"opencl": "conv_transpose"} if ctx.api == "OpenCL" else None)
 
 
 def lower_fully_connected(node: Node, ctx: LowerContext) -> None:
