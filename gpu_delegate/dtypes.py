@@ -60,6 +60,10 @@ C_API_TO_SCHEMA: dict[int, int] = {
 # 0.0 / 1.0, int32 as its value in float32 storage whatever the delegate's precision (exact up to 2**24).
 GPU_HELD_AS_FLOAT = (np.dtype(np.bool_), np.dtype(np.int32))
 GPU_EXACT_INT = 1 << 24
+# An int32 ADD or SUB of a graph input and a constant of at most this magnitude runs on the GPU (Keras 3's
+# Embedding adds the vocabulary to negative token ids): the invoke then checks that input against
+# GPU_EXACT_INT - GPU_INT_OFFSET, so the sum stays exact.
+GPU_INT_OFFSET = 1 << 16
 STRING = np.dtype(object)
 
 

@@ -12,7 +12,7 @@ from . import backends
 from .cache import Cache
 from .cpu.quant import dequantize, quantize
 from .delegate import DelegateKernel, SimpleDelegate
-from .dtypes import GPU_EXACT_INT, GPU_HELD_AS_FLOAT
+from .dtypes import GPU_EXACT_INT, GPU_HELD_AS_FLOAT, GPU_INT_OFFSET
 from .errors import MODEL_FAULTS, DelegateError, ModelError
 from .graph import FOLDED_ON_CONSTANTS, Graph, Node
 from .ops import get_op
@@ -116,7 +116,7 @@ class GpuDelegate(SimpleDelegate):
                 if not info.min <= zero <= info.max:
                     return f"tensor {tensor.name!r} has a zero point {zero} outside {tensor.dtype}"
             elif tensor.dtype not in (np.float32, np.float16) and not (
-                    op.gpu_ints and tensor.dtype in GPU_HELD_AS_FLOAT and tensor.quant is None):
+                    op.gpu_takes_ints(node, graph) and tensor.dtype in GPU_HELD_AS_FLOAT and tensor.quant is None):
                 held = f"; {node.op} takes none on the GPU" if tensor.dtype in GPU_HELD_AS_FLOAT else ""
                 return f"tensor {tensor.name!r} is {tensor.dtype}; the GPU path computes in float{held}"
             elif tensor.dtype in GPU_HELD_AS_FLOAT and shape_arithmetic(graph, t):
@@ -194,6 +194,11 @@ class GpuKernel(DelegateKernel):
         self.nodes = list(node_indices)
         self.inputs = list(input_ids)
         self.outputs = list(output_ids)
+        # int32 inputs a node adds a constant to on the GPU (ops/elementwise.py Add.gpu_takes_ints): held to a
+        # smaller bound, so that the sum stays exact in float lanes
+        self.int_limits = {t: GPU_EXACT_INT - GPU_INT_OFFSET for n in self.nodes for t in graph.nodes[n].inputs
+                           if graph.nodes[n].op in ("ADD", "SUB") and t in self.inputs
+                           and graph.tensors[t].dtype == np.int32}
 
     def prepare(self, tensors) -> None:
         shapes = self.partition_shapes()
@@ -278,10 +283,11 @@ class GpuKernel(DelegateKernel):
         for t in self.inputs:
             x = tensors[t]
             tensor = graph.tensors[t]
-            if x.dtype == np.int32 and x.size and (x.min() < -GPU_EXACT_INT or x.max() > GPU_EXACT_INT):
+            limit = self.int_limits.get(t, GPU_EXACT_INT)
+            if x.dtype == np.int32 and x.size and (x.min() < -limit or x.max() > limit):
                 # int32 lanes are float32 on the device: exact to 2**24 only, so this invoke runs on the CPU
-                log.warning("GpuDelegate: tensor %r holds int32 values beyond 2**24; nodes %s run on the CPU this "
-                            "invoke", tensor.name, _span(self.nodes))
+                log.warning("GpuDelegate: tensor %r holds int32 values beyond %d; nodes %s run on the CPU this "
+                            "invoke", tensor.name, limit, _span(self.nodes))
                 self._invoke_cpu(tensors)
                 return
             if tensor.quant is not None and x.dtype.kind in "iu":

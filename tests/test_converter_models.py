@@ -35,10 +35,8 @@ BACKENDS = ["cpu", "cl", "gl"]
 # loop bodies on the GPU; everything else runs wholly on the GPU.
 RECURRENT = {"bilstm_keras3", "bilstm_tf_keras"}
 # Ops with no GPU kernel: RFFT2D and COMPLEX_ABS (complex tensors) in tf.signal.stft; WHERE, GATHER_ND and the SUM
-# of a data-dependent shape, and GREATER between int8 tensors of different scales, in gather_where; the int32 ADD
-# of Keras 3's Embedding (token ids plus the vocabulary where negative: float lanes are exact to 2^24 only) in
-# text_cnn (its Embedding's GATHER from the constant table runs on the GPU).
-PARTLY_ON_CPU = {"spectrogram", "gather_where", "text_cnn"}
+# of a data-dependent shape, and GREATER between int8 tensors of different scales, in gather_where.
+PARTLY_ON_CPU = {"spectrogram", "gather_where"}
 
 
 @functools.cache

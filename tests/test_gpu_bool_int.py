@@ -5,6 +5,8 @@ LiteRT's."""
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 import pytest
 
@@ -86,6 +88,54 @@ def test_int32_inputs_beyond_float_exactness_run_on_the_cpu(backend):
               rng.integers(-9, 9, shape).astype(np.int32)]
     it = gd.Interpreter(model_content=content, experimental_delegates=[shared_delegate(backend)])
     np.testing.assert_array_equal(run(it, inputs)[0], run_litert(content, inputs)[0])
+
+
+def embedding_model(vocab: int = 37, dim: int = 6, length: int = 9) -> bytes:
+    """Keras 3's Embedding as the converter writes it: negative token ids wrap (LESS, ADD of the vocabulary,
+    SELECT), then GATHER from the constant table; the wrapped ids are an output too."""
+    mb = ModelBuilder()
+    ids = mb.input("ids", [1, length], np.int32)
+    negative, wrapped, index = (mb.tensor(n, [1, length], t) for n, t in (("negative", np.bool_),
+                                                                            ("wrapped", np.int32),
+                                                                            ("index", np.int32)))
+    mb.op("LESS", [ids, mb.const("zero", np.array(0, np.int32))], [negative])
+    mb.op("ADD", [ids, mb.const("vocab", np.array(vocab, np.int32))], [wrapped])
+    mb.op("SELECT_V2", [negative, wrapped, ids], [index])
+    table = mb.const("table", np.random.default_rng(8).standard_normal((vocab, dim)).astype(np.float32))
+    vectors = mb.tensor("vectors", [1, length, dim])
+    mb.op("GATHER", [table, index], [vectors], axis=0)
+    mb.output(vectors, index)
+    return mb.build()
+
+
+@pytest.mark.parametrize("fp16", [False, True])
+def test_an_embedding_runs_wholly_on_the_gpu(backend, fp16):
+    """The int32 ADD of a graph input and a small constant runs on the GPU (float lanes are exact while the
+    input stays within 2^24 - 2^16, which the invoke checks), and so the whole lookup does."""
+    ids = np.array([[0, 5, -1, 36, -37, 12, -20, 7, 1]], np.int32)
+    expect(embedding_model(), [ids], backend, fp16)
+
+
+def test_int32_added_to_beyond_its_bound_runs_on_the_cpu(backend, caplog):
+    """An id past 2^24 - 2^16 (where the ADD's sum could leave float's exact range) sends the invoke to the CPU,
+    with a warning naming the bound: 2^24 + 1, which float lanes would round to 2^24, comes back exact."""
+    content = embedding_model(vocab=1 << 24)  # too large a constant: the ADD stays on the CPU
+    it = gd.Interpreter(model_content=content, experimental_delegates=[shared_delegate(backend)])
+    assert {d["backend"] for d in it.get_ops_details() if d["op_name"] == "ADD"} == {"cpu"}
+    mb = ModelBuilder()
+    ids = mb.input("ids", [1, 4], np.int32)
+    y = mb.tensor("y", [1, 4], np.int32)
+    mb.op("ADD", [ids, mb.const("c", np.array([3, -5, 65536, -65536], np.int32))], [y])
+    mb.output(y)
+    content = mb.build()
+    it = gd.Interpreter(model_content=content, experimental_delegates=[shared_delegate(backend)])
+    assert [d["backend"] for d in it.get_ops_details()] == [backend]
+    big = np.array([[5, 0, (1 << 24) - (1 << 16) + 1, -3]], np.int32)
+    with caplog.at_level(logging.WARNING, logger="gpu_delegate"):
+        np.testing.assert_array_equal(run(it, [big])[0], [[8, -5, (1 << 24) + 1, -65539]])
+    assert any(str((1 << 24) - (1 << 16)) in r.getMessage() for r in caplog.records), caplog.records
+    small = np.array([[(1 << 24) - (1 << 16), -7, 9, 100]], np.int32)
+    np.testing.assert_array_equal(run(it, [small])[0], run_litert(content, [small])[0])
 
 
 def test_shape_arithmetic_stays_on_the_cpu(backend):

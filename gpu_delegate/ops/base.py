@@ -193,6 +193,12 @@ class Op:
     def has_gpu_kernel(cls) -> bool:
         return cls.lower is not Op.lower
 
+    @classmethod
+    def gpu_takes_ints(cls, node: Node, graph: Graph) -> bool:
+        """Whether this node's GPU form is exact on its bool and int32 tensors held as float lanes: ``gpu_ints``,
+        unless an op knows better for some nodes."""
+        return cls.gpu_ints
+
 
 def run_node(node: Node, graph: Graph, inputs: list[np.ndarray | None], where: str = "",
              runtime: Runtime | None = None) -> list[np.ndarray]:

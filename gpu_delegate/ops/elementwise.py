@@ -45,7 +45,7 @@ from ..cpu.elementwise import (
     truncate_divide,
 )
 from ..cpu.quant import activation_range, dequantize, dtype_range, quantize, quantize_multiplier
-from ..dtypes import GPU_HELD_AS_FLOAT, STRING
+from ..dtypes import GPU_HELD_AS_FLOAT, GPU_INT_OFFSET, STRING
 from ..errors import ModelError
 from ..graph import ACT_NONE, ACT_RELU6, Graph, Node, Tensor
 from ..lowering.context import LowerContext
@@ -609,6 +609,20 @@ class Add(_Binary):
     name, fused = "ADD", True
     expr = "a + b"
     compute = staticmethod(_binary(np.add))
+
+    @classmethod
+    def gpu_takes_ints(cls, node: Node, graph: Graph) -> bool:
+        """int32: a graph input plus or minus a constant within GPU_INT_OFFSET (Keras 3's Embedding adds the
+        vocabulary to negative ids), with no fused activation; exact in float lanes since GpuKernel.invoke holds
+        that input to GPU_EXACT_INT - GPU_INT_OFFSET."""
+        if node.attrs.get(_ACT, ACT_NONE) != ACT_NONE:
+            return False
+        constant = [t for t in node.inputs if graph.tensors[t].data is not None]
+        varying = [t for t in node.inputs if graph.tensors[t].data is None]
+        if len(constant) != 1 or len(varying) != 1 or varying[0] not in graph.inputs:
+            return False
+        c = np.asarray(graph.tensors[constant[0]].data)
+        return c.dtype == np.int32 and c.size > 0 and int(np.abs(c.astype(np.int64)).max()) <= GPU_INT_OFFSET
 
     @classmethod
     def run_quantized(cls, node: Node, a: np.ndarray, b: np.ndarray, qa: tuple[float, int], qb: tuple[float, int],
