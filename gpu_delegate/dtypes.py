@@ -106,6 +106,9 @@ FP16_MAX = 65504.0
 def fp16_saturated(values: np.ndarray) -> np.ndarray:
     """Finite float32 ``values`` clamped into fp16's finite range (infinities and NaN kept): a constant beyond it
     is a sentinel (an attention mask's -1e9), and as an fp16 infinity it would make 0 * mask NaN."""
-    if not values.size or float(np.max(np.abs(np.where(np.isfinite(values), values, 0.0)))) <= FP16_MAX:
+    # the NaN-ignoring extremes: two passes without temporaries (every constant of an fp16 plan goes through here at
+    # each allocation: ResNet50's weights 134 ms with an isfinite mask, 19 ms so)
+    if not values.size or -FP16_MAX <= np.fmin.reduce(values, axis=None) and \
+            np.fmax.reduce(values, axis=None) <= FP16_MAX:
         return values
     return np.where(np.isfinite(values), np.clip(values, -FP16_MAX, FP16_MAX), values)

@@ -1049,13 +1049,12 @@ class Gather(Op):
                             "CONST_SRC": False}
         dst = ctx.output(node, 0)
         if runtime:
+            inputs, consts = {"src": src, "indices": indices}, {}
             if ctx.is_const(src):  # a const buffer has no geometry defines of its own: the table's go along
                 _, h, w, c = ctx.bhwc(src)
                 defines.update(CONST_SRC=True, TABLE_H=h, TABLE_W=w, TABLE_C=c, TABLE_S=slices(c))
-                params = ctx.const_tensor("gather_params", src)
-                ctx.kernel("gather", {"indices": indices}, {"dst": dst}, {"src": params}, defines, grid=ctx.grid(dst))
-                return
-            ctx.kernel("gather", {"src": src, "indices": indices}, {"dst": dst}, defines=defines, grid=ctx.grid(dst))
+                consts["src"] = ctx.const_tensor("gather_params", inputs.pop("src"))
+            ctx.kernel("gather", inputs, {"dst": dst}, consts, defines, grid=ctx.grid(dst))
             return
         values = ctx.const_ints(indices).reshape(-1)
 
