@@ -325,7 +325,9 @@ def _need_matplotlib() -> Any:
 
 
 def _device(delegate: GpuDelegate) -> str:
-    return tools.device_label(dict(delegate.backend.device_info())) if delegate.backend is not None else "CPU"
+    if delegate.backend is None:
+        return "CPU"
+    return " + ".join(tools.device_label(dict(b.device_info())) for b in delegate.backend.backends_in_use())
 
 
 def _cpu_name() -> str:

@@ -172,8 +172,8 @@ class PlanRunner:
         """Build (or load from the serialization cache), compile and allocate the plan of a partition. With
         ``sample`` (inputs and codes as ``run`` takes them), run it once, so that whatever drivers compile at
         a first launch is compiled here and the first invoke is as quick as the next."""
-        backend = delegate.backend
-        assert backend is not None, "a delegate without a backend takes no partition"
+        assert delegate.backend is not None, "a delegate without a backend takes no partition"
+        backend = delegate.backend.for_work(delegate.partition_weight([graph.nodes[n] for n in nodes], graph))
         precision = "fp16" if delegate.precision_loss_allowed else "fp32"
         quantized = delegate.enable_quantized_inference
         t0 = time.perf_counter()

@@ -32,6 +32,16 @@ def fresh_programs(monkeypatch: pytest.MonkeyPatch) -> Callable[[], None]:
     return empty
 
 
+@pytest.fixture
+def one_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every plan on its delegate's own backend, for tests that reach into ``delegate.backend`` (patch it, count
+    its buffers or programs): on PoCL, a small plan would otherwise run on a sibling backend on the single-threaded
+    device (OpenCLBackend.for_work)."""
+    from gpu_delegate.backends import opencl
+
+    monkeypatch.setenv(opencl.SMALL_DEVICE_SWITCH, "0")
+
+
 @pytest.fixture(autouse=True)
 def _progress_log_restored():
     """cli.main() gives the progress logger a stderr handler for the rest of its process (the CLI's); a test that

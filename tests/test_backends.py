@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -14,6 +15,9 @@ import gpu_delegate as gd
 from gpu_delegate.backends import Arg, KernelSpec, choose_local_size, create_backend, opencl, opengl
 from gpu_delegate.backends.base import DeviceInfo
 from gpu_delegate.backends.codegen import literal
+from gpu_delegate.tflite import ModelBuilder
+
+from .reference import assert_float_close, run, run_litert, runner_of
 
 KINDS = ["cl", "gl"]
 
@@ -671,6 +675,50 @@ def test_local_size_rule(grid):
     assert all(lsz < 2 * g for lsz, g in zip(local, grid))
     groups = np.prod([-(-g // lsz) for g, lsz in zip(grid, local)])
     assert groups >= 4 or local == (1, 1, 1)
+
+
+def little_model() -> tuple[bytes, np.ndarray]:
+    """A 3x3 convolution (relu) and a mean: ~20 k multiply-adds."""
+    rng = np.random.default_rng(5)
+    mb = ModelBuilder()
+    x = mb.input("x", [1, 12, 10, 5])
+    c, y = mb.tensor("c", [1, 12, 10, 7]), mb.tensor("y", [1, 1, 1, 7])
+    mb.op("CONV_2D", [x, mb.const("w", rng.standard_normal((7, 3, 3, 5)).astype(np.float32)),
+                      mb.const("b", rng.standard_normal(7).astype(np.float32))], [c],
+          padding="SAME", stride_w=1, stride_h=1, fused_activation_function="RELU")
+    mb.op("MEAN", [c, mb.const("axes", np.array([1, 2], np.int32))], [y], keep_dims=True)
+    mb.output(y)
+    return mb.build(), rng.standard_normal((1, 12, 10, 5)).astype(np.float32)
+
+
+def test_little_work_runs_on_pocls_single_threaded_device(monkeypatch):
+    """On PoCL, a plan of little work runs on the single-threaded "basic" device (no hand-off to worker threads
+    per kernel), larger ones on the threaded device open_device() chose; both agree with LiteRT."""
+    d = gd.GpuDelegate(backend="cl")
+    main = d.backend
+    small = opencl.open_small_device()
+    if small is None:
+        pytest.skip(f"no PoCL basic device beside {main.device_info()['name']} (POCL_DEVICES="
+                    f"{os.environ.get('POCL_DEVICES')!r}, or not PoCL)")
+    assert main.device_info()["name"].startswith("pthread")
+    sibling = main.for_work(1e5)
+    assert sibling is not main and sibling.device_info()["name"].startswith("basic")
+    assert main.for_work(1e5) is sibling  # made once per backend
+    assert main.backends_in_use() == [sibling]  # what reports name as the device
+    assert main.for_work(1e9) is main
+    assert sibling.for_work(1e5) is sibling
+    monkeypatch.setenv(opencl.SMALL_DEVICE_SWITCH, "1")
+    assert main.for_work(1e9) is sibling
+    content, x = little_model()
+    expected = run_litert(content, [x])[0]
+    for switch, ran_on in (("", sibling), ("0", main)):
+        monkeypatch.setenv(opencl.SMALL_DEVICE_SWITCH, switch)
+        it = gd.Interpreter(model_content=content, experimental_delegates=[d])
+        out = run(it, [x])[0]
+        assert runner_of(it).backend is ran_on
+        assert_float_close(out, expected, 1e-5, what=f"on {ran_on.device_info()['name']}")
+    # a compile worker builds for the main device only
+    assert main.shares_worker_builds and not sibling.shares_worker_builds
 
 
 def test_missing_devices_raise_delegate_error(monkeypatch):

@@ -83,7 +83,7 @@ def runner_of(it):
     return kernel.runner
 
 
-def test_one_program_per_partition_on_opencl():
+def test_one_program_per_partition_on_opencl(one_device):
     d = gd.GpuDelegate(backend="cl")
     it = gd.Interpreter(model_content=BLOCK, experimental_delegates=[d])
     out = run(it, BLOCK_INPUTS)
@@ -523,6 +523,7 @@ def workers(monkeypatch):
     odd first launches left to the worker (this process never claims them, so it waits for the worker's); every
     worker collected once closed."""
     monkeypatch.delenv(compile_worker.SWITCH, raising=False)  # conftest's "0"
+    monkeypatch.setenv(opencl.SMALL_DEVICE_SWITCH, "0")  # a worker builds for the main device only
     monkeypatch.setattr(runner_mod, "WORKER_KERNELS", 2)
     monkeypatch.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0))  # whatever else this host runs
     monkeypatch.setattr(runner_mod, "WORKER_PROGRAMS", 4)
@@ -610,6 +611,7 @@ def test_no_worker_where_it_cannot_help(backend, monkeypatch):
     """One core, busy cores, the switch off, the driver's disk cache off, or no Python interpreter to start: no
     worker; nor with a driver that keeps no disk cache of its first launches (a GPU's)."""
     monkeypatch.delenv(compile_worker.SWITCH, raising=False)  # conftest's "0"
+    monkeypatch.setenv(opencl.SMALL_DEVICE_SWITCH, "0")  # a worker builds for the main device only
     b = create_backend(backend)
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
     monkeypatch.setattr(os, "getloadavg", lambda: (1.2, 0.0, 0.0))

@@ -548,7 +548,7 @@ def test_a_crowded_int8_plan_takes_its_grids_at_run_time(monkeypatch):
         np.testing.assert_array_equal(shared, plain)
 
 
-def test_constants_are_prepared_once(backend, monkeypatch):
+def test_constants_are_prepared_once(backend, monkeypatch, one_device):
     """Weights, biases and constant operands are dequantized and uploaded at preparation; an invoke then
     sends only the model's int8 input, in the backend's one-trip invoke: a small input, dequantized on the host
     on its way straight into the tensor (a large one OpenCL dequantizes on the device)."""

@@ -138,7 +138,7 @@ def test_a_serialization_dir_tunes_only_where_tuning_pays(tmp_path, monkeypatch)
     assert not runner_of(it).plan.tuned
 
 
-def test_tuning_stops_at_its_budget(backend, monkeypatch):
+def test_tuning_stops_at_its_budget(backend, monkeypatch, one_device):
     """With no time to spend, nothing is timed, and every kernel keeps the work-group size of the rule."""
     monkeypatch.setattr(runner_mod, "TUNE_SHARE", 0.0)
     monkeypatch.setattr(runner_mod.PlanRunner, "_time", lambda *a, **k: pytest.fail("timed past the budget"))

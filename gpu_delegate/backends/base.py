@@ -876,6 +876,20 @@ class Backend(ABC):
     # how many kernels (per work-group size) the driver keeps ready to dispatch; a plan of more dispatched in turn
     # reloads one at every dispatch. None: no such limit known
     loaded_kernels: int | None = None
+    # whether a compile worker (compile_worker.py, which opens the API's default device) builds what this instance
+    # would read
+    shares_worker_builds: bool = True
+
+    def for_work(self, macs: float) -> Backend:
+        """The backend a partition of ``macs`` multiply-adds runs on: this one, or an API's sibling on another
+        device of the same machine that runs little work faster (OpenCLBackend: PoCL's single-threaded device).
+        It lives as long as this one."""
+        return self
+
+    def backends_in_use(self) -> list[Backend]:
+        """The backends ``for_work`` has handed plans to (this one where it has handed none): what reports name as
+        the device."""
+        return [self]
 
     def boundary_specs(self, inputs: list[tuple[BHWC, str, Codes | None]], outputs: list[tuple[BHWC, str]]
                        ) -> list[KernelSpec]:

@@ -165,7 +165,7 @@ def can_help(backend: Backend) -> bool:
     core, a Python interpreter can start the worker, and the switch is not off. Where it could, every start builds
     a partition's kernels as the programs a worker would share (PlanRunner.compile), whether one runs or not, so
     that the driver's cache holds the programs the next start asks for."""
-    if os.environ.get(SWITCH, "") == "0" or not backend.first_launch_disk_cache:
+    if os.environ.get(SWITCH, "") == "0" or not backend.first_launch_disk_cache or not backend.shares_worker_builds:
         return False
     # the worker is ``sys.executable -c``: a Python interpreter, not an app embedding one (or a frozen app)
     if getattr(sys, "frozen", False) or not Path(sys.executable or "-").name.startswith("python"):

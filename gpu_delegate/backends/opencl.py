@@ -44,6 +44,21 @@ INLINE_HALF = "-DGD_INLINE_HALF=1"
 _lock = threading.Lock()
 _context: tuple[cl.Context, cl.Device] | None = None
 _context_error: DelegateError | None = None
+# PoCL's single-threaded "basic" CPU device, beside its threaded "pthread" one (POCL_DEVICES, set before the
+# platform loads unless the process chose its devices itself): basic runs a kernel in the thread that waits for
+# it, pthread hands each to its worker threads and wakes the waiter when they are done, some 5-10 us a kernel on
+# a 2-core host. A plan of little work runs faster there (OpenCLBackend.for_work).
+POCL_DEVICES = "pthread basic"
+_small: tuple[cl.Context, cl.Device] | None = None
+# Measured on a 2-core AVX2 host (bench/driver_settings.py POCL_DEVICES=basic, interleaved): basic took 0.46-0.55x
+# pthread's time for models of 1-3 M multiply-adds (10-12 kernels), 0.84x for a ViT block (5.8 M, 20 kernels),
+# the same for 27-43 M (MobileNetV3Small, a text transformer, 40-60 kernels), 1.24x for 200 M and 1.43x for
+# MobileNetV2 (154 M). Where pthread's P threads save (1 - 1/P) of the work's time for a fixed cost per kernel, the
+# two break even at work proportional to P / (P - 1): from this threshold at 2 cores down to half of it at many;
+# a single core gains nothing from pthread.
+SMALL_WORK_MACS_2_CORES = 16e6
+# "0": every plan on the device open_device() picks; "1": every plan on the small device where there is one
+SMALL_DEVICE_SWITCH = "GPU_DELEGATE_SMALL_DEVICE"
 # Built programs, shared by every OpenCLBackend (each makes its own kernel objects: a kernel's arguments are
 # set per call). Each build parses the program into PoCL's LLVM context, whose metadata LLVM never frees: a
 # delegate made again for the same model leaked ~100 KB and spent most of its start building programs the
@@ -80,7 +95,8 @@ def _host_has_int8_dot() -> bool:
 
 
 def open_device() -> tuple[cl.Context, cl.Device]:
-    """The process's OpenCL context and device, created once: a GPU if there is one, else the first device."""
+    """The process's OpenCL context and device, created once: a GPU if there is one, else the first device that
+    is not PoCL's basic one."""
     global _context, _context_error
     with _lock:
         if _context_error is not None:
@@ -94,7 +110,36 @@ def open_device() -> tuple[cl.Context, cl.Device]:
         return _context
 
 
+def open_small_device() -> tuple[cl.Context, cl.Device] | None:
+    """A context on PoCL's basic device, where open_device() chose PoCL's pthread one (else None), created once."""
+    global _small
+    context, device = open_device()
+    if not _is_pocl_cpu(device) or _is_basic(device):
+        return None
+    with _lock:
+        if _small is None:
+            basic = next((d for d in device.platform.get_devices() if _is_basic(d)), None)
+            if basic is None:
+                return None
+            try:
+                _small = cl.Context([basic]), basic
+            except cl.Error:
+                return None
+        return _small
+
+
+def _is_pocl_cpu(device: cl.Device) -> bool:
+    return device.platform.name == "Portable Computing Language" and bool(device.type & cl.device_type.CPU)
+
+
+def _is_basic(device: cl.Device) -> bool:
+    return device.name.startswith("basic")
+
+
 def _make_context() -> tuple[cl.Context, cl.Device]:
+    # read by PoCL when the ICD loader first loads it; without effect where something in the process already asked
+    # for platforms, or on other drivers
+    os.environ.setdefault("POCL_DEVICES", POCL_DEVICES)
     try:
         platforms = cl.get_platforms()
     except cl.Error as e:
@@ -107,7 +152,7 @@ def _make_context() -> tuple[cl.Context, cl.Device]:
             continue  # a platform without devices answers with an error
     if not devices:
         raise DelegateError("OpenCL: no OpenCL platform with a device" if platforms else "OpenCL: no OpenCL platform")
-    devices.sort(key=lambda d: not d.type & cl.device_type.GPU)
+    devices.sort(key=lambda d: (not d.type & cl.device_type.GPU, _is_basic(d) and _is_pocl_cpu(d)))
     device = devices[0]
     try:
         return cl.Context([device]), device
@@ -143,9 +188,11 @@ class OpenCLBackend(Backend):
         # ~90 us more each than 128 (it loads one from its kernel cache every time); DenseNet121's 190 did
         return 128 if self.device.platform.name == "Portable Computing Language" else None
 
-    def __init__(self, profile: bool = False) -> None:
+    def __init__(self, profile: bool = False, device: tuple[cl.Context, cl.Device] | None = None) -> None:
         super().__init__(profile)
-        self.context, self.device = open_device()
+        self.context, self.device = device or open_device()
+        self._small: OpenCLBackend | None = None  # for_work's, made at its first use
+        self._handed: list[OpenCLBackend] = []  # what for_work has returned
         props = cl.command_queue_properties.PROFILING_ENABLE if profile else 0
         # pyopencl's stub types the properties as its enum, whose members are plain ints at run time (no zero)
         self.queue = cl.CommandQueue(self.context, self.device, properties=props)  # type: ignore[arg-type]
@@ -158,6 +205,35 @@ class OpenCLBackend(Backend):
         self._options = f"{BUILD_OPTIONS} {EXACT_DIVISION}" if exact else BUILD_OPTIONS
         if self._info["device_type"] == "cpu":
             self._options += f" {INLINE_HALF}"
+
+    def for_work(self, macs: float) -> Backend:
+        chosen = self._choose(macs)
+        if chosen not in self._handed:
+            self._handed.append(chosen)
+        return chosen
+
+    def backends_in_use(self) -> list[Backend]:
+        return list(self._handed) or [self]
+
+    def _choose(self, macs: float) -> OpenCLBackend:
+        if self.device is not open_device()[1] or os.environ.get(SMALL_DEVICE_SWITCH) == "0":
+            return self
+        cores = self._info["compute_units"]
+        threshold = SMALL_WORK_MACS_2_CORES * cores / (2 * (cores - 1)) if cores > 1 else math.inf
+        if macs > threshold and os.environ.get(SMALL_DEVICE_SWITCH) != "1":
+            return self
+        with self._mutex:  # one sibling, whichever threads prepare plans at once
+            if self._small is None:
+                small = open_small_device()
+                if small is None:
+                    return self
+                self._small = OpenCLBackend(self.profile, small)
+            return self._small
+
+    @property
+    def shares_worker_builds(self) -> bool:  # type: ignore[override]
+        # a compile worker opens the main device (compile_worker.py), whose kernel cache the small one does not read
+        return self.device is open_device()[1]
 
     def _on_device(self, fn: Callable[..., T], *args: Any) -> T:
         with self._mutex:
