@@ -192,7 +192,7 @@ class OpenCLBackend(Backend):
         super().__init__(profile)
         self.context, self.device = device or open_device()
         self._small: OpenCLBackend | None = None  # for_work's, made at its first use
-        self._handed: list[OpenCLBackend] = []  # what for_work has returned
+        self._handed_a_plan = False  # by for_work (a flag, not a list: the backend holding itself would be a cycle)
         props = cl.command_queue_properties.PROFILING_ENABLE if profile else 0
         # pyopencl's stub types the properties as its enum, whose members are plain ints at run time (no zero)
         self.queue = cl.CommandQueue(self.context, self.device, properties=props)  # type: ignore[arg-type]
@@ -208,12 +208,11 @@ class OpenCLBackend(Backend):
 
     def for_work(self, macs: float) -> Backend:
         chosen = self._choose(macs)
-        if chosen not in self._handed:
-            self._handed.append(chosen)
+        chosen._handed_a_plan = True
         return chosen
 
     def backends_in_use(self) -> list[Backend]:
-        return list(self._handed) or [self]
+        return [b for b in (self, self._small) if b is not None and b._handed_a_plan] or [self]
 
     def _choose(self, macs: float) -> OpenCLBackend:
         if self.device is not open_device()[1] or os.environ.get(SMALL_DEVICE_SWITCH) == "0":
