@@ -14,7 +14,7 @@ import gpu_delegate as gd
 from gpu_delegate.tflite.writer import ModelBuilder
 
 from .parity_models import MODELS, run_gpu
-from .reference import assert_float_close, run, run_litert, shared_delegate
+from .reference import assert_float_close, run, run_litert, run_wholly_on_gpu, shared_delegate
 
 COMPARES = ("EQUAL", "NOT_EQUAL", "GREATER", "GREATER_EQUAL", "LESS", "LESS_EQUAL")
 
@@ -90,9 +90,9 @@ def test_int32_inputs_beyond_float_exactness_run_on_the_cpu(backend):
     np.testing.assert_array_equal(run(it, inputs)[0], run_litert(content, inputs)[0])
 
 
-def embedding_model(vocab: int = 37, dim: int = 6, length: int = 9) -> bytes:
+def embedding_model(vocab: int = 37, dim: int = 6, length: int = 9, ids_out: bool = True) -> bytes:
     """Keras 3's Embedding as the converter writes it: negative token ids wrap (LESS, ADD of the vocabulary,
-    SELECT), then GATHER from the constant table; the wrapped ids are an output too."""
+    SELECT), then GATHER from the constant table; with ``ids_out`` the wrapped ids are an output too."""
     mb = ModelBuilder()
     ids = mb.input("ids", [1, length], np.int32)
     negative, wrapped, index = (mb.tensor(n, [1, length], t) for n, t in (("negative", np.bool_),
@@ -104,7 +104,10 @@ def embedding_model(vocab: int = 37, dim: int = 6, length: int = 9) -> bytes:
     table = mb.const("table", np.random.default_rng(8).standard_normal((vocab, dim)).astype(np.float32))
     vectors = mb.tensor("vectors", [1, length, dim])
     mb.op("GATHER", [table, index], [vectors], axis=0)
-    mb.output(vectors, index)
+    if ids_out:
+        mb.output(vectors, index)
+    else:
+        mb.output(vectors)
     return mb.build()
 
 
@@ -114,6 +117,17 @@ def test_an_embedding_runs_wholly_on_the_gpu(backend, fp16):
     input stays within 2^24 - 2^16, which the invoke checks), and so the whole lookup does."""
     ids = np.array([[0, 5, -1, 36, -37, 12, -20, 7, 1]], np.int32)
     expect(embedding_model(), [ids], backend, fp16)
+
+
+@pytest.mark.parametrize("fp16", [False, True])
+def test_an_embeddings_index_wrap_is_the_gathers_own(backend, fp16):
+    """Where only the GATHER reads the wrapped ids, the LESS, ADD and SELECT fold into its index reads
+    (lowering/fuse_index_wrap.py): one kernel, the same vectors as LiteRT for ids in [-vocab, vocab)."""
+    content = embedding_model(ids_out=False)
+    ids = np.array([[0, 5, -1, 36, -37, 12, -20, 7, 1]], np.int32)
+    kernels, ours = run_wholly_on_gpu(content, [ids], backend, fp16)
+    assert kernels == ["gather"]
+    assert_float_close(ours[0], run_litert(content, [ids])[0], 1e-3 if fp16 else 0.0, what="vectors")
 
 
 def test_int32_added_to_beyond_its_bound_runs_on_the_cpu(backend, caplog):

@@ -1,6 +1,7 @@
 """From a partition to a plan: one pass per file, run in this order by pipeline.build_plan.
 
     fold_constants    DEQUANTIZE / DENSIFY of constants computed once
+    fuse_index_wrap   Keras' wrap of negative indices (SELECT, LESS, ADD) read by the GATHER it feeds
     drop_reshape      reshapes that are no-ops in PHWC4 share their input's buffer
     merge_pad         a zero PAD of H/W folded into the VALID conv that reads it
     fuse_layer_norm   a float LayerNormalization chain over the channels as one kernel

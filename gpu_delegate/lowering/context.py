@@ -101,6 +101,11 @@ class LowerContext:
         ``view.final`` of it (a MUL and a SOFTMAX that a pass dropped), else None."""
         return self.view.softmax_after.get(node.index)
 
+    def wraps_indices(self, node: Node) -> bool:
+        """Whether the node (a GATHER) adds the gathered axis' size to a negative index, as the nodes a pass dropped
+        did before it (fuse_index_wrap.py)."""
+        return node.index in self.view.wrapped_indices
+
     def shape(self, t: int) -> tuple[int, ...]:
         return tuple(self.view.shapes[t])
 

@@ -41,6 +41,8 @@ class PartitionView:
     # node -> (scale, beta): the node's output 0 goes through MUL by scale and SOFTMAX(beta) in the node's own kernel,
     # into final(output), the MUL and the SOFTMAX dropped
     softmax_after: dict[int, tuple[float, float]] = field(default_factory=dict)
+    # GATHER nodes that add the gathered axis' size to a negative index (a SELECT, a LESS and an ADD dropped)
+    wrapped_indices: set[int] = field(default_factory=set)
     extra_padding: dict[int, tuple[int, int, int, int]] = field(default_factory=dict)  # node -> t, b, l, r
     aliases: dict[int, int] = field(default_factory=dict)  # tensor -> tensor whose buffer it shares
     # tensor -> (the concatenation it is a part of, its first slice there): written in place (place_concat.py)

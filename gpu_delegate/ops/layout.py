@@ -1046,7 +1046,7 @@ class Gather(Op):
         runtime = not ctx.is_const(indices)
         defines: Defines = {"COUNT": _size(ctx.shape(indices)), "AXIS_SIZE": shape[axis],
                             "INNER": _size(shape[axis + 1:]), "VEC4": axis < len(shape) - 1, "RUNTIME": runtime,
-                            "CONST_SRC": False}
+                            "CONST_SRC": False, "WRAP": ctx.wraps_indices(node)}
         dst = ctx.output(node, 0)
         if runtime:
             inputs, consts = {"src": src, "indices": indices}, {}
