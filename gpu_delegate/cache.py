@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .lowering.plan import KernelCall, Plan, PostOp
-from .version import __version__
+from .version import build_id
 
 if TYPE_CHECKING:
     from .graph import Graph
@@ -245,8 +245,8 @@ class Cache:
         except ValueError as e:
             self._reject(entry, str(e))
             return None
-        if header.get("package") != __version__:
-            self._reject(entry, f"was written by gpu_delegate {header.get('package')}, this is {__version__}")
+        if header.get("package") != build_id():
+            self._reject(entry, f"was written by gpu_delegate {header.get('package')}, this is {build_id()}")
             return None
         if header.get("device") != device:
             self._reject(entry, "was written for another device or driver")
@@ -282,7 +282,7 @@ class Cache:
             table.append([name, offset, len(blob)])
             offset += len(blob)
         header: dict[str, Any] = {
-            "package": __version__, "device": device, "backend": backend, "token": entry.token,
+            "package": build_id(), "device": device, "backend": backend, "token": entry.token,
             "fingerprint": entry.fingerprint, "model": entry.model_digest, "created": time.time(),
             "plan": plan_to_json(plan), "blobs": table}
         data = _pack(header, b"".join(blobs.values()))

@@ -44,7 +44,7 @@ from .lowering.plan import KernelCall, Plan
 from .ops import get_op
 from .phwc4 import BHWC
 from .progress import Progress
-from .version import __version__
+from .version import build_id
 
 if TYPE_CHECKING:  # the delegate module creates runners; a runner only reads the delegate's options
     from .gpu import GpuDelegate
@@ -182,7 +182,7 @@ class PlanRunner:
             cache, cached = delegate.cache, None
             device = device_fingerprint(backend.device_info())
             if cache is not None:
-                fp = fingerprint([__version__, backend.name, device, precision, quantized,
+                fp = fingerprint([build_id(), backend.name, device, precision, quantized,
                                   *partition_parts(graph, nodes, shapes)])
                 entry = cache.entry(fp, graph.model_digest)
                 cached = cache.load(entry, device)

@@ -95,7 +95,7 @@ def _rewrite(path, mutate):
     path.write_bytes(cache_mod._pack(header, payload))
 
 
-@pytest.mark.parametrize("damage", ["flip", "truncate", "version", "device", "garbage"])
+@pytest.mark.parametrize("damage", ["flip", "truncate", "version", "build", "device", "garbage"])
 def test_damaged_files_are_rebuilt(damage, tmp_path, reference, caplog):
     start("cl", tmp_path)
     (name,) = files(tmp_path)
@@ -108,6 +108,8 @@ def test_damaged_files_are_rebuilt(damage, tmp_path, reference, caplog):
         path.write_bytes(path.read_bytes()[:-100])
     elif damage == "version":
         _rewrite(path, lambda h: h.update(package="0.0.0-other"))
+    elif damage == "build":  # the same version number, other code (a constant laid out otherwise)
+        _rewrite(path, lambda h: h.update(package=f"{gd.__version__}+{'0' * 16}"))
     elif damage == "device":
         _rewrite(path, lambda h: h.update(device="another-device"))
     else:
