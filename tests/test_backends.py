@@ -719,6 +719,10 @@ def test_little_work_runs_on_pocls_single_threaded_device(monkeypatch):
         assert_float_close(out, expected, 1e-5, what=f"on {ran_on.device_info()['name']}")
     # a compile worker builds for the main device only
     assert main.shares_worker_builds and not sibling.shares_worker_builds
+    sibling._staging_buffer(3, "fp32")  # as a conversion's: closing the delegate's backend frees the sibling's too
+    assert sibling.live_buffers >= 1
+    main.close()
+    assert sibling.live_buffers == 0
 
 
 def test_missing_devices_raise_delegate_error(monkeypatch):

@@ -229,6 +229,11 @@ class OpenCLBackend(Backend):
                 self._small = OpenCLBackend(self.profile, small)
             return self._small
 
+    def close(self) -> None:
+        if self._small is not None:
+            self._small.close()
+        super().close()
+
     @property
     def shares_worker_builds(self) -> bool:  # type: ignore[override]
         # a compile worker opens the main device (compile_worker.py), whose kernel cache the small one does not read
