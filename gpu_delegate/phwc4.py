@@ -67,13 +67,16 @@ def same_layout(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
     return ba == bb and ca == cb and ha * wa == hb * wb
 
 
-def to_rows(x: np.ndarray, shape: tuple[int, ...] | None = None) -> np.ndarray:
+def to_rows(x: np.ndarray, shape: tuple[int, ...] | None = None, pixel_major: bool = False) -> np.ndarray:
     """A dense array (read as BHWC ``shape``, default its own shape) as float32 PHWC4 rows of 4, zero
-    padding channels: how constant tensors go to the device."""
+    padding channels: how constant tensors go to the device. ``pixel_major``: a pixel's slices side by side
+    instead (row ((b * H + y) * W + x) * S + s), as a table whose pixels are looked up whole is read."""
     b, h, w, c = bhwc(tuple(x.shape) if shape is None else shape)
     s = slices(c)
     padded = np.zeros((b, h, w, s * 4), np.float32)
     padded[..., :c] = np.asarray(x, np.float32).reshape(b, h, w, c)
+    if pixel_major:
+        return padded.reshape(-1, 4)
     return np.ascontiguousarray(padded.reshape(b, h, w, s, 4).transpose(0, 3, 1, 2, 4)).reshape(-1, 4)
 
 

@@ -28,7 +28,7 @@ from ..dtypes import STRING
 from ..errors import DelegateError, ModelError
 from ..graph import ACT_NONE, ACT_SIGN_BIT, Graph, Node
 from ..lowering.context import LowerContext
-from ..phwc4 import BHWC, bhwc, same_layout, slices
+from ..phwc4 import BHWC, bhwc, same_layout, slices, to_rows
 from .base import Defines, Op, register
 from .checks import all_required, const_input, data_dependent, input_count, required, same_grid
 
@@ -1051,14 +1051,14 @@ class Gather(Op):
         if runtime:
             inputs, consts = {"src": src, "indices": indices}, {}
             if ctx.is_const(src):  # a const buffer has no geometry defines of its own: the table's go along
-                table_shape = ctx.bhwc(src)
-                _, h, w, c = table_shape
+                del inputs["src"]
+                _, h, w, c = table_shape = ctx.bhwc(src)
                 defines.update(CONST_SRC=True, TABLE_H=h, TABLE_W=w, TABLE_C=c, TABLE_S=slices(c))
                 # pixel-major (a row's slices side by side): a looked-up row is read from consecutive memory, where
                 # PHWC4 puts its slices a table plane apart (the text transformer's embedding lookup, profiled:
                 # 190 -> 130 us)
-                value = ctx.const_value(node, inputs.pop("src"))
-                consts["src"] = ctx.const(f"gather_rows:{src}", lambda: _pixel_major_rows(value, table_shape),
+                consts["src"] = ctx.const(f"gather_rows:{src}",
+                                          lambda: to_rows(ctx.const_value(node, src), table_shape, pixel_major=True),
                                           fp32=ctx.holds_ints(src))
             ctx.kernel("gather", inputs, {"dst": dst}, consts, defines, grid=ctx.grid(dst))
             return
@@ -1072,15 +1072,6 @@ class Gather(Op):
 
         ctx.kernel("gather", {"src": src}, {"dst": dst}, {"table": ctx.const(f"gather:{indices}", table)}, defines,
                    grid=ctx.grid(dst))
-
-
-def _pixel_major_rows(value: np.ndarray, shape: BHWC) -> np.ndarray:
-    """A constant as float32 rows of 4 in pixel-major order: pixel (b, y, x)'s slices at rows
-    ((b * H + y) * W + x) * S + s, channels past C zero."""
-    b, h, w, c = shape
-    rows = np.zeros((b, h, w, 4 * slices(c)), np.float32)
-    rows[..., :c] = np.asarray(value, np.float32).reshape(b, h, w, c)
-    return rows.reshape(-1, 4)
 
 
 @register
