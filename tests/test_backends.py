@@ -15,9 +15,9 @@ import gpu_delegate as gd
 from gpu_delegate.backends import Arg, KernelSpec, choose_local_size, create_backend, opencl, opengl
 from gpu_delegate.backends.base import DeviceInfo
 from gpu_delegate.backends.codegen import literal
-from gpu_delegate.tflite import ModelBuilder
 
 from .reference import assert_float_close, run, run_litert, runner_of
+from .single_op import Const, In, Out, single_op
 
 KINDS = ["cl", "gl"]
 
@@ -678,17 +678,12 @@ def test_local_size_rule(grid):
 
 
 def little_model() -> tuple[bytes, np.ndarray]:
-    """A 3x3 convolution (relu) and a mean: ~20 k multiply-adds."""
+    """A 3x3 convolution (relu): ~38 k multiply-adds."""
     rng = np.random.default_rng(5)
-    mb = ModelBuilder()
-    x = mb.input("x", [1, 12, 10, 5])
-    c, y = mb.tensor("c", [1, 12, 10, 7]), mb.tensor("y", [1, 1, 1, 7])
-    mb.op("CONV_2D", [x, mb.const("w", rng.standard_normal((7, 3, 3, 5)).astype(np.float32)),
-                      mb.const("b", rng.standard_normal(7).astype(np.float32))], [c],
-          padding="SAME", stride_w=1, stride_h=1, fused_activation_function="RELU")
-    mb.op("MEAN", [c, mb.const("axes", np.array([1, 2], np.int32))], [y], keep_dims=True)
-    mb.output(y)
-    return mb.build(), rng.standard_normal((1, 12, 10, 5)).astype(np.float32)
+    content = single_op("CONV_2D", [In((1, 12, 10, 5)), Const(rng.standard_normal((7, 3, 3, 5)).astype(np.float32)),
+                                    Const(rng.standard_normal(7).astype(np.float32))], [Out((1, 12, 10, 7))],
+                        padding="SAME", stride_w=1, stride_h=1, fused_activation_function="RELU")
+    return content, rng.standard_normal((1, 12, 10, 5)).astype(np.float32)
 
 
 def test_little_work_runs_on_pocls_single_threaded_device(monkeypatch):
