@@ -113,7 +113,7 @@ def open_device() -> tuple[cl.Context, cl.Device]:
 def open_small_device() -> tuple[cl.Context, cl.Device] | None:
     """A context on PoCL's basic device, where open_device() chose PoCL's pthread one (else None), created once."""
     global _small
-    context, device = open_device()
+    _, device = open_device()
     if not _is_pocl_cpu(device) or _is_basic(device):
         return None
     with _lock:
