@@ -45,6 +45,7 @@ def values(shape: tuple[int, ...], seed: int) -> np.ndarray:
     ((2, 1, 9, 3), (3, 3, 10)),        # batch dims broadcast both ways, ranks 4 and 3
     ((1, 2, 17), (2, 17, 1)),          # one column
     ((6, 8), (8, 12)),                 # rank 2
+    ((2, 1, 11, 9), (1, 3, 9, 21)),    # 6 slices of columns: on a CPU's OpenCL a group of 4 and one of 2
 ])
 @pytest.mark.parametrize("adj_x, adj_y", [(False, False), (True, False), (False, True), (True, True)])
 def test_batch_matmul_matches_litert(backend, xs, ys, adj_x, adj_y):

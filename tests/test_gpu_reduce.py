@@ -100,6 +100,35 @@ def test_softmax_and_fused_writes(backend):
     assert len([n for n in plan.notes if n.startswith("fused ")]) == 2, plan.notes
 
 
+def test_softmax_is_accurate_per_value_over_a_wide_range(backend):
+    """Each probability to a few float32 ulps of the float64 formula, down to the smallest ones: scores spread over
+    100 (exps of -100 .. 0), beta 1 and 0.5, 4 rows of 64 and 4 rows of 7. A CPU's OpenCL takes its exps by an
+    inline polynomial (opencl/exp16.inc.cl), not the library's exp; a probability below float32's normal range
+    may be any value below 1e-37."""
+    shapes = [(4, 64), (4, 7)]
+    mb = ModelBuilder()
+    ids = [mb.input(f"x{k}", s) for k, s in enumerate(shapes)]
+    outs = []
+    for k, beta in ((0, 1.0), (1, 0.5)):
+        y = mb.tensor(f"y{k}", shapes[k])
+        mb.op("SOFTMAX", [ids[k]], [y], beta=beta)
+        outs.append(y)
+    mb.output(*outs)
+    rng = np.random.default_rng(5)
+    xs = [rng.uniform(-100.0, 0.0, s).astype(np.float32) for s in shapes]
+    _, got = run_gpu(mb.build(), xs, backend)
+    # the polynomial's own bound; a GPU's exp (llvmpipe's too) is exp2 of z * log2(e), off by that product's rounding
+    cpu_opencl = backend == "cl" and delegate(backend).backend.device_info()["device_type"] == "cpu"
+    bound = 5e-7 if cpu_opencl else 2e-5
+    for x, beta, o in zip(xs, (1.0, 0.5), got):
+        z = ((x - x.max(axis=-1, keepdims=True)) * np.float32(beta)).astype(np.float64)  # as float32 rounds it
+        ref = np.exp(z) / np.exp(z).sum(axis=-1, keepdims=True)
+        normal = ref > 1.2e-38
+        rel = np.abs(o.astype(np.float64) - ref)[normal] / ref[normal]
+        assert rel.max() <= bound, f"softmax beta {beta} on {backend}: worst relative error {rel.max():.3g}"
+        assert np.all(np.abs(o[~normal]) <= 1e-37), f"softmax beta {beta} on {backend}: a tiny probability"
+
+
 def test_fp16(backend):
     shape = (2, 3, 5, 7)
     content = reduce_model([("MEAN", 0, (1, 2), False), ("REDUCE_MAX", 0, (3,), True)], {"x": shape})

@@ -1158,7 +1158,10 @@ def lower_batch_matmul(node: Node, ctx: LowerContext) -> None:
         ctx.kernel("batch_matmul_softmax", inputs, {"dst": out}, consts, defines, (-(-m // BMM_ROWS), oh, ob),
                    variants={"opencl": "batch_matmul_softmax"} if ctx.cpu_opencl else None)
         return
-    ctx.kernel("batch_matmul", inputs, {"dst": out}, consts, defines, (-(-m // BMM_ROWS), oh, ob * slices(n)),
+    column_groups = slices(n)
+    if ctx.cpu_opencl and defines["Y_N_VEC"]:  # opencl/batch_matmul.cl: up to 4 slices a work item
+        column_groups = -(-slices(n) // min(slices(n), 4))
+    ctx.kernel("batch_matmul", inputs, {"dst": out}, consts, defines, (-(-m // BMM_ROWS), oh, ob * column_groups),
                variants={"opencl": "batch_matmul"} if ctx.cpu_opencl else None)
 
 
