@@ -1,7 +1,8 @@
 """LayerNormalization as the TFLite converter writes it (MEAN, SQUARED_DIFFERENCE, MEAN, ADD epsilon, RSQRT, MUL
 gamma, then NEG/MUL/MUL/ADD or MUL/SUB beta/MUL/ADD), lowered to one kernel by lowering/fuse_layer_norm.py, on
-both GPU backends against LiteRT: odd channel counts, batch > 1, ranks 3 and 4, fp16 storage; the int8 form and a
-chain whose mean is read elsewhere stay as separate kernels. Every test asserts that the nodes ran on the backend."""
+both GPU backends against LiteRT: odd channel counts, batch > 1, ranks 3 and 4, fp16 storage; the converter's int8
+form (its NEG as DEQUANTIZE, NEG, QUANTIZE; or SUB beta) against LiteRT's int8 kernels; a chain whose mean is read
+elsewhere stays as separate kernels. Every test asserts that the nodes ran on the backend."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 
 from gpu_delegate.tflite.writer import ModelBuilder
 
-from .reference import assert_float_close, run_litert, run_wholly_on_gpu
+from .reference import assert_float_close, assert_quant_close, run_litert, run_wholly_on_gpu
 
 
 def layer_norm_model(shape: tuple[int, ...], with_beta: bool, also_mean: bool = False, eps: float = 1e-3) -> bytes:
@@ -84,3 +85,84 @@ def test_layer_norm_whose_mean_is_read_elsewhere_stays_a_chain(backend):
     assert "layer_norm" not in kernels and "reduce" in kernels, kernels
     for o, r in zip(outs, ref):
         assert_float_close(o, r, 1e-5, what=f"unfused chain on {backend}")
+
+
+def _grid(values: list[np.ndarray]) -> dict[str, object]:
+    """An int8 grid covering ``values`` and 0, as the converter calibrates one."""
+    lo = min(0.0, *(float(v.min()) for v in values))
+    hi = max(0.0, *(float(v.max()) for v in values))
+    scale = (hi - lo) / 255.0 or 1.0
+    return {"dtype": np.int8, "scale": scale, "zero_point": int(np.clip(round(-128 - lo / scale), -128, 127))}
+
+
+def int8_layer_norm_model(shape: tuple[int, ...], with_beta: bool, with_gamma: bool,
+                          samples: list[np.ndarray]) -> tuple[bytes, dict[str, object]]:
+    """The converter's int8 LayerNormalization over the last axis, each tensor's grid calibrated on the float chain
+    over ``samples`` (float inputs): the mean negated by DEQUANTIZE, NEG, QUANTIZE, or with a constant beta as
+    SUB(beta, m * inv). Returns the model and x's grid."""
+    c = shape[-1]
+    kept = (*shape[:-1], 1)
+    rng = np.random.default_rng(c + 1)
+    eps = 1e-3
+    gamma = rng.uniform(0.5, 2.0, c) if with_gamma else np.ones(c)
+    beta = rng.standard_normal(c) * 0.5
+    x = np.stack(samples).astype(np.float64)
+    m = x.mean(-1, keepdims=True)
+    d = (x - m) ** 2
+    v = d.mean(-1, keepdims=True)
+    r = 1 / np.sqrt(v + eps)
+    inv = r * gamma
+    shift = -m * inv if not with_beta else beta - m * inv
+    ranges = {"x": [x], "m": [m], "neg": [-m], "d": [d], "v": [v, v + eps], "r": [r], "inv": [inv],
+              "ms": [m * inv, -m * inv], "shift": [shift], "xs": [x * inv], "y": [x * inv + shift]}
+    q = {name: _grid(vs) for name, vs in ranges.items()}
+    mb = ModelBuilder()
+    tx = mb.input("x", shape, **q["x"])
+    axis = mb.const("axis", np.array([-1], np.int32))
+    tm, td, tv = mb.tensor("m", kept, **q["m"]), mb.tensor("d", shape, **q["d"]), mb.tensor("v", kept, **q["v"])
+    tve, tr = mb.tensor("ve", kept, **q["v"]), mb.tensor("r", kept, **q["r"])
+    mb.op("MEAN", [tx, axis], [tm], keep_dims=True)
+    mb.op("SQUARED_DIFFERENCE", [tx, tm], [td])
+    mb.op("MEAN", [td, axis], [tv], keep_dims=True)
+    eps_scale = eps / 100
+    mb.op("ADD", [tv, mb.const("eps", np.int8(100), scale=eps_scale, zero_point=0)], [tve])
+    mb.op("RSQRT", [tve], [tr])
+    tinv = tr
+    if with_gamma:
+        g_scale = float(gamma.max()) / 127
+        codes = np.round(gamma / g_scale).astype(np.int8).reshape((1,) * (len(shape) - 1) + (c,))
+        tinv = mb.tensor("inv", shape, **q["inv"])
+        mb.op("MUL", [tr, mb.const("gamma", codes, scale=g_scale, zero_point=0)], [tinv])
+    txs, tshift, ty = mb.tensor("xs", shape, **q["xs"]), mb.tensor("shift", shape, **q["shift"]), \
+        mb.tensor("y", shape, **q["y"])
+    if with_beta:
+        tms = mb.tensor("ms", shape, **q["ms"])
+        mb.op("MUL", [tm, tinv], [tms])
+        b_scale = float(np.abs(beta).max()) / 127
+        mb.op("SUB", [mb.const("beta", np.round(beta / b_scale).astype(np.int8), scale=b_scale, zero_point=0), tms],
+              [tshift])
+    else:
+        m_float, neg_float = mb.tensor("m_float", kept), mb.tensor("neg_float", kept)
+        tneg = mb.tensor("neg", kept, **q["neg"])
+        mb.op("DEQUANTIZE", [tm], [m_float])
+        mb.op("NEG", [m_float], [neg_float])
+        mb.op("QUANTIZE", [neg_float], [tneg])
+        mb.op("MUL", [tneg, tinv], [tshift])
+    mb.op("MUL", [tx, tinv], [txs])
+    mb.op("ADD", [txs, tshift], [ty])
+    mb.output(ty)
+    return mb.build(), q["x"]
+
+
+@pytest.mark.parametrize("shape, with_beta, with_gamma", [((1, 16, 32), False, True), ((3, 9, 13), True, True),
+                                                          ((2, 4, 6), False, False)])
+def test_int8_layer_norm_is_one_kernel_as_close_to_litert_as_the_chain(backend, shape, with_beta, with_gamma):
+    samples = [inputs_for(shape, seed)[0] for seed in range(3)]
+    content, qx = int8_layer_norm_model(shape, with_beta, with_gamma, samples)
+    scale, zero_point = float(qx["scale"]), int(qx["zero_point"])  # type: ignore[arg-type]
+    for k, sample in enumerate(samples):
+        xs = [np.clip(np.round(sample / scale) + zero_point, -128, 127).astype(np.int8)]
+        ref = run_litert(content, xs)
+        kernels, outs = run_wholly_on_gpu(content, xs, backend)
+        assert kernels.count("layer_norm") == 1 and kernels.count("reduce") == 0, kernels
+        assert_quant_close(outs[0], ref[0], what=f"int8 layer norm {shape} sample {k} on {backend}")

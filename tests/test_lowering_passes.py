@@ -407,21 +407,26 @@ def test_a_quantized_unary_op_is_a_lookup_with_no_fake_quant_step():
 
 # -- fuse_layer_norm --------------------------------------------------------------------------------------------
 
-def layer_norm_chain(quantized: bool = False) -> tuple[ModelBuilder, int, int]:
-    """The converter's LayerNormalization over the channels of x [2, 3, 5]: without beta, y = x * inv + -m * inv."""
+def layer_norm_chain(quantized: bool = False, int8_neg: bool = False) -> tuple[ModelBuilder, int, int]:
+    """The converter's LayerNormalization over the channels of x [2, 3, 5]: without beta, y = x * inv + -m * inv.
+    ``quantized``: every tensor int8 (scale 0.05), NEG an int8 NEG, or with ``int8_neg`` as the converter writes it,
+    DEQUANTIZE, float NEG, QUANTIZE (nodes 1, 10, 11)."""
     q = {"dtype": np.int8, "scale": 0.05, "zero_point": 0} if quantized else {}
     mb = ModelBuilder()
     x = mb.input("x", [2, 3, 5], **q)
     axis = mb.const("axis", np.array([-1], np.int32))
     m, neg, d, v = mb.tensor("m", [2, 3, 1], **q), mb.tensor("neg", [2, 3, 1], **q), mb.tensor("d", [2, 3, 5], **q), \
         mb.tensor("v", [2, 3, 1], **q)
+    neg_in = neg_out = neg
+    if int8_neg:
+        neg_in, neg_out = mb.tensor("m_float", [2, 3, 1]), mb.tensor("neg_float", [2, 3, 1])
     ve, r = mb.tensor("ve", [2, 3, 1], **q), mb.tensor("r", [2, 3, 1], **q)
     inv, ms, xs, y = (mb.tensor(name, [2, 3, 5], **q) for name in ("inv", "ms", "xs", "y"))
     eps = mb.const("eps", np.float32(1e-3)) if not quantized else mb.const("eps", np.int8(1), scale=0.001, zero_point=0)
     gamma = mb.const("gamma", np.arange(1, 6, dtype=np.float32).reshape(1, 1, 5)) if not quantized else \
         mb.const("gamma", np.arange(1, 6, dtype=np.int8).reshape(1, 1, 5), scale=0.1, zero_point=0)
     mb.op("MEAN", [x, axis], [m], keep_dims=True)  # node 0
-    mb.op("NEG", [m], [neg])
+    mb.op("DEQUANTIZE", [m], [neg_in]) if int8_neg else mb.op("NEG", [m], [neg])
     mb.op("SQUARED_DIFFERENCE", [x, m], [d])
     mb.op("MEAN", [d, axis], [v], keep_dims=True)
     mb.op("ADD", [v, eps], [ve])
@@ -430,6 +435,9 @@ def layer_norm_chain(quantized: bool = False) -> tuple[ModelBuilder, int, int]:
     mb.op("MUL", [neg, inv], [ms])
     mb.op("MUL", [x, inv], [xs])
     mb.op("ADD", [xs, ms], [y])  # node 9
+    if int8_neg:
+        mb.op("NEG", [neg_in], [neg_out])
+        mb.op("QUANTIZE", [neg_out], [neg])
     return mb, x, y
 
 
@@ -446,14 +454,42 @@ def test_fuse_layer_norm_lowers_the_chain_to_one_kernel():
     (call,) = ctx.kernels
     # rank 3 [2, 3, 5] is stored as B, H, W = 1, 2, 3: one work item per (b, y, x)
     assert (call.kernel, call.inputs, call.outputs, call.grid) == ("layer_norm", {"src": x}, {"dst": y}, (3, 2, 1))
-    assert call.defines == {"EPS": np.float32(1e-3).item()}
+    assert call.defines == {"EPS": np.float32(1e-3).item(), "QUANT": 0}
     gamma, beta = (ctx.consts[call.consts[k]] for k in ("gamma", "beta"))
     np.testing.assert_array_equal(gamma.reshape(-1), [1, 2, 3, 4, 5, 0, 0, 0])  # zero past the channels
     np.testing.assert_array_equal(beta.reshape(-1), np.zeros(8))
 
 
+def test_fuse_layer_norm_takes_the_converters_int8_chain_with_its_roundings():
+    mb, x, y = layer_norm_chain(quantized=True, int8_neg=True)
+    mb.output(y)
+    view = view_of(graph_of(mb))
+    result = fuse_layer_norm.run(view)
+    assert result.applied == [f"layer norm of tensor {x}: nodes 0, 2, 3, 4, 5, 6, 1, 10, 11, 7, 8, 9 in one kernel"]
+    assert view.nodes == [9]
+    ctx = LowerContext(view)
+    emit.run(view, ctx)
+    (call,) = ctx.kernels
+    grid = {"S": np.float32(0.05).item(), "LO": -128.0, "HI": 127.0}  # every tensor's: scale 0.05, zero point 0
+    steps = ("MEAN", "SQ", "VAR", "RIN", "INV", "NEG", "SP", "SCALED")
+    assert call.defines == {"EPS": np.float32(0.001).item(), "QUANT": 1, "NEG_FORM": 1, "HAS_INV": 1,
+                            "RSQRT_OFFSET": 128, **{f"Q_{k}_{p}": v for k in steps for p, v in grid.items()}}
+    np.testing.assert_allclose(ctx.consts[call.consts["gamma"]].reshape(-1), [0.1, 0.2, 0.3, 0.4, 0.5, 0, 0, 0],
+                               rtol=1e-6)  # dequantized
+    table = ctx.consts[call.consts["rsqrt"]].reshape(-1)  # RSQRT's outputs, code -128 first, on r's grid
+    assert table.size == 256 and np.all(np.abs(table / np.float32(0.05) - np.round(table / np.float32(0.05))) < 1e-4)
+
+
+def test_fuse_layer_norm_leaves_an_int8_chain_where_results_are_not_rounded():
+    mb, _, y = layer_norm_chain(quantized=True, int8_neg=True)
+    mb.output(y)
+    view = view_of(graph_of(mb))
+    result = fuse_layer_norm.run(view, quantized=False)
+    assert not result.applied and "does not round 8-bit results onto their grids" in result.declined[0]
+
+
 @pytest.mark.parametrize("quantized, also_out, why", [
-    (True, None, "a tensor of the chain is not float32 (quantized chains keep their fake-quant steps)"),
+    (True, None, "the 8-bit mean is negated other than by DEQUANTIZE, NEG, QUANTIZE"),
     (False, "m", "the mean (tensor {t}) is not read by exactly two nodes"),
     (False, "inv", "the scale (tensor {t}) is not read by exactly two MULs")])
 def test_fuse_layer_norm_declines(quantized, also_out, why):

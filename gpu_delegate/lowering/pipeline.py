@@ -41,8 +41,8 @@ def build_plan(graph: Graph, nodes: list[int], inputs: list[int], outputs: list[
                          list(outputs), ops=dict(ops))
     ctx = LowerContext(view, device_type, max_buffers, api, vector_width, int8_dot, quantized)
     results: list[PassResult] = [fold_constants.run(view), fuse_repeat.run(view), fuse_index_wrap.run(view),
-                                 drop_reshape.run(view),
-                                 merge_pad.run(view), fuse_layer_norm.run(view), fuse_matmul_transpose.run(view),
+                                 drop_reshape.run(view), merge_pad.run(view), fuse_layer_norm.run(view, quantized),
+                                 fuse_matmul_transpose.run(view),
                                  fuse_matmul_softmax.run(view), pad_channels.run(view),
                                  fuse_elementwise.run(view, quantized, ctx.operand_const, ctx.table_const)]
     pad_channels.restore(view, results[-2])

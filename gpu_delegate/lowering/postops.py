@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ..graph import ACT_NONE, ACT_RELU, ACT_RELU6, ACT_RELU_N1_TO_1, ACT_TANH
+from ..graph import ACT_NONE, ACT_RELU, ACT_RELU6, ACT_RELU_N1_TO_1, ACT_TANH, Tensor
 from ..phwc4 import BHWC, bhwc, slices, to_rows
 from .plan import CodeTable, OperandMode, PostOp
 from .view import PartitionView
@@ -45,16 +45,25 @@ SUMS_OF_PRODUCTS = frozenset({"CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED",
                               "BATCH_MATMUL"})
 
 
-def fake_quant_postop(view: PartitionView, t: int, node: int) -> PostOp | None:
-    """Quantize-dequantize onto tensor ``t`` (node ``node``'s output)'s integer grid, if it is per-tensor
-    quantized (so the float graph follows the fixed-point one); None otherwise."""
-    tensor = view.graph.tensors[t]
+def quant_grid(tensor: Tensor) -> tuple[float, float, float] | None:
+    """A per-tensor quantized integer tensor's grid as a fake-quant step reads it: (scale, lowest code - zero point,
+    highest code - zero point); None for any other tensor."""
     q = tensor.quant
     if q is None or tensor.dtype.kind not in "iu" or q.per_channel:
         return None
     info = np.iinfo(tensor.dtype)
     scale, zp = q.scalar()
-    return PostOp("fake_quant", scale=float(scale), qmin=float(info.min - zp), qmax=float(info.max - zp), node=node,
+    return float(scale), float(info.min - zp), float(info.max - zp)
+
+
+def fake_quant_postop(view: PartitionView, t: int, node: int) -> PostOp | None:
+    """Quantize-dequantize onto tensor ``t`` (node ``node``'s output)'s integer grid, if it is per-tensor
+    quantized (so the float graph follows the fixed-point one); None otherwise."""
+    grid = quant_grid(view.graph.tensors[t])
+    if grid is None:
+        return None
+    scale, qmin, qmax = grid
+    return PostOp("fake_quant", scale=scale, qmin=qmin, qmax=qmax, node=node,
                   exact=view.graph.nodes[node].op not in SUMS_OF_PRODUCTS)
 
 
