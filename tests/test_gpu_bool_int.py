@@ -14,7 +14,7 @@ import gpu_delegate as gd
 from gpu_delegate.tflite.writer import ModelBuilder
 
 from .parity_models import MODELS, run_gpu
-from .reference import assert_float_close, run, run_litert, run_wholly_on_gpu, shared_delegate
+from .reference import assert_float_close, plan_of, run, run_litert, run_wholly_on_gpu, shared_delegate
 
 COMPARES = ("EQUAL", "NOT_EQUAL", "GREATER", "GREATER_EQUAL", "LESS", "LESS_EQUAL")
 
@@ -128,6 +128,19 @@ def test_an_embeddings_index_wrap_is_the_gathers_own(backend, fp16):
     kernels, ours = run_wholly_on_gpu(content, [ids], backend, fp16)
     assert kernels == ["gather"]
     assert_float_close(ours[0], run_litert(content, [ids])[0], 1e-3 if fp16 else 0.0, what="vectors")
+
+
+def test_a_cpus_opencl_copies_a_looked_up_row_per_work_item(backend):
+    """On a CPU's OpenCL the lookup takes gather.dialect's ROWS form (a work item per id, every slice of its row),
+    elsewhere a work item per vec4; LiteRT's vectors either way, 70 channels (a partial last slice)."""
+    content = embedding_model(vocab=40, dim=70, length=11, ids_out=False)
+    ids = np.array([[0, 5, -1, 36, -37, 12, -20, 7, 1, 39, -40]], np.int32)
+    it = gd.Interpreter(model_content=content, experimental_delegates=[shared_delegate(backend)])
+    ours = run(it, [ids])
+    assert_float_close(ours[0], run_litert(content, [ids])[0], 0.0, what="vectors")
+    (call,) = plan_of(it).kernels
+    cpu = backend == "cl" and shared_delegate(backend).backend.device_info()["device_type"] == "cpu"
+    assert bool(call.defines["ROWS"]) == cpu and call.grid == ((11, 1, 1) if cpu else (11, 1, 18)), call
 
 
 def test_int32_added_to_beyond_its_bound_runs_on_the_cpu(backend, caplog):

@@ -1046,7 +1046,8 @@ class Gather(Op):
         runtime = not ctx.is_const(indices)
         defines: Defines = {"COUNT": _size(ctx.shape(indices)), "AXIS_SIZE": shape[axis],
                             "INNER": _size(shape[axis + 1:]), "VEC4": axis < len(shape) - 1, "RUNTIME": runtime,
-                            "CONST_SRC": False, "WRAP": ctx.wraps_indices(node)}
+                            "CONST_SRC": False, "WRAP": ctx.wraps_indices(node),
+                            "ROWS": False}
         dst = ctx.output(node, 0)
         if runtime:
             inputs, consts = {"src": src, "indices": indices}, {}
@@ -1060,7 +1061,10 @@ class Gather(Op):
                 consts["src"] = ctx.const(f"gather_rows:{src}",
                                           lambda: to_rows(ctx.const_value(node, src), table_shape, pixel_major=True),
                                           fp32=ctx.holds_ints(src))
-            ctx.kernel("gather", inputs, {"dst": dst}, consts, defines, grid=ctx.grid(dst))
+            b, h, w, c = ctx.bhwc(dst)
+            rows = ctx.cpu_opencl and bool(defines["CONST_SRC"]) and axis == 0 and len(shape) == 2 and c == shape[1]
+            defines["ROWS"] = rows  # gather.dialect: a work item per looked-up row
+            ctx.kernel("gather", inputs, {"dst": dst}, consts, defines, grid=(w, h, b) if rows else ctx.grid(dst))
             return
         values = ctx.const_ints(indices).reshape(-1)
 
