@@ -16,7 +16,7 @@ import numpy as np
 from ..errors import DelegateError
 from ..graph import ACT_NONE, PADDING_SAME, Graph, Node
 from ..phwc4 import BHWC, bhwc, grid, slices, to_rows
-from .plan import CodeTable, KernelCall, OperandMode, PostOp
+from .plan import CodeTable, KernelCall, OperandMode, PostOp, SoftmaxAfter
 from .postops import activation_postop, elementwise_postops, operand_rows
 from .view import PartitionView
 
@@ -96,9 +96,9 @@ class LowerContext:
         written = self.view.write_transposed.get(node.index)
         return None if written is None else (self.view.final(node.outputs[0]), *written)
 
-    def softmax_after(self, node: Node) -> tuple[float, float] | None:
-        """(scale, beta) when the node's output 0 is to be written as SOFTMAX(output * scale, beta) into
-        ``view.final`` of it (a MUL and a SOFTMAX that a pass dropped), else None."""
+    def softmax_after(self, node: Node) -> SoftmaxAfter | None:
+        """The scale and beta (and 8-bit roundings) when the node's output 0 is to be written as
+        SOFTMAX(output * scale, beta) into ``view.final`` of it (a MUL and a SOFTMAX that a pass dropped), else None."""
         return self.view.softmax_after.get(node.index)
 
     def wraps_indices(self, node: Node) -> bool:

@@ -105,7 +105,8 @@ def run(view: PartitionView, quantized: bool, const_key: ConstKey, table_key: Ta
             root_of[t] = owner
         # a looked-up value is on the output's grid already, as is the result of an op that keeps its input's grid
         if quantized and len(node.outputs) == 1 and view.op(n).gpu_table(node, graph) is None and \
-                not _ends_in_lookup_of(view, owner, n) and not (owner == n and view.op(n).gpu_keeps_grid(node, graph)):
+                not _ends_in_lookup_of(view, owner, n) and not (owner == n and view.op(n).gpu_keeps_grid(node, graph)) \
+                and n not in view.softmax_after:  # a product normalizing its scores rounds them itself
             fq = fake_quant_postop(view, node.outputs[0], n)
             if fq is not None:
                 view.postops.setdefault(owner, []).append(fq)

@@ -43,7 +43,7 @@ def build_plan(graph: Graph, nodes: list[int], inputs: list[int], outputs: list[
     results: list[PassResult] = [fold_constants.run(view), fuse_repeat.run(view), fuse_index_wrap.run(view),
                                  drop_reshape.run(view), merge_pad.run(view), fuse_layer_norm.run(view, quantized),
                                  fuse_matmul_transpose.run(view),
-                                 fuse_matmul_softmax.run(view), pad_channels.run(view),
+                                 fuse_matmul_softmax.run(view, quantized), pad_channels.run(view),
                                  fuse_elementwise.run(view, quantized, ctx.operand_const, ctx.table_const)]
     pad_channels.restore(view, results[-2])
     results.append(dense_outputs.run(view, api))

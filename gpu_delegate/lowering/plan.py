@@ -26,6 +26,21 @@ class CodeTable:
     code_min: int  # the lowest code of the input's type (-128 for int8, 0 for uint8)
 
 
+@dataclass(frozen=True)
+class SoftmaxAfter:
+    """A product's scores normalized in its own kernel (lowering/fuse_matmul_softmax.py): SOFTMAX(scores * scale,
+    beta). In an 8-bit chain (``scores`` given) the product is rounded onto its grid (``product``: scale, lowest and
+    highest code less the zero point; a multiply by the reciprocal, as a sum of products' fake-quant step), looked up
+    in ``scores`` (that code's score, the MUL by the scale and its rounding included; the scale is then 1), and the
+    probabilities rounded onto the SOFTMAX's output grid ``out``."""
+
+    scale: float
+    beta: float
+    product: tuple[float, float, float] | None = None
+    scores: CodeTable | None = None
+    out: tuple[float, float, float] | None = None
+
+
 @dataclass
 class PostOp:
     """One fused elementwise step applied to a kernel's result ``v`` (FLT4) before it is stored.

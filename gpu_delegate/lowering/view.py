@@ -14,7 +14,7 @@ import numpy as np
 
 from ..cpu.quant import dequantize
 from ..graph import Graph
-from .plan import PostOp
+from .plan import PostOp, SoftmaxAfter
 
 if TYPE_CHECKING:
     from .context import GpuOp
@@ -38,9 +38,9 @@ class PartitionView:
     # node -> (shape, perm): the node writes its output 0 as TRANSPOSE(output, perm), of that shape, reshaped into
     # final(output), the TRANSPOSE and the RESHAPE (which merges the last two axes into the channels) dropped
     write_transposed: dict[int, tuple[tuple[int, ...], tuple[int, ...]]] = field(default_factory=dict)
-    # node -> (scale, beta): the node's output 0 goes through MUL by scale and SOFTMAX(beta) in the node's own kernel,
-    # into final(output), the MUL and the SOFTMAX dropped
-    softmax_after: dict[int, tuple[float, float]] = field(default_factory=dict)
+    # node -> its scores' scale, beta (and 8-bit roundings): the node's output 0 goes through MUL by scale and
+    # SOFTMAX(beta) in the node's own kernel, into final(output), the MUL and the SOFTMAX dropped
+    softmax_after: dict[int, SoftmaxAfter] = field(default_factory=dict)
     # GATHER nodes that add the gathered axis' size to a negative index (a SELECT, a LESS and an ADD dropped)
     wrapped_indices: set[int] = field(default_factory=set)
     extra_padding: dict[int, tuple[int, int, int, int]] = field(default_factory=dict)  # node -> t, b, l, r

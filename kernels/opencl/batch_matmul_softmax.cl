@@ -8,6 +8,20 @@
 // @include opencl/lanes16.inc.cl
 // @include opencl/exp16.inc.cl
 
+#if QUANT  // dialect/batch_matmul_softmax.dialect's roundings, 16 values at a time
+float16 scores16(float16 v BUFS_DECL) {
+  int16 c = GD_CONVERT(QROUND(v * (float16)(Q_IN_INV), Q_IN_LO, Q_IN_HI), int16) + SCORES_OFFSET;
+  return (float16)(scores_read1(c.s0), scores_read1(c.s1), scores_read1(c.s2), scores_read1(c.s3),
+                   scores_read1(c.s4), scores_read1(c.s5), scores_read1(c.s6), scores_read1(c.s7),
+                   scores_read1(c.s8), scores_read1(c.s9), scores_read1(c.sa), scores_read1(c.sb),
+                   scores_read1(c.sc), scores_read1(c.sd), scores_read1(c.se), scores_read1(c.sf));
+}
+#define SCORES16(v) scores16((v) BUFS)
+#define PROBABILITY16(v) (QROUND((v) / (float16)(Q_OUT_S), Q_OUT_LO, Q_OUT_HI) * (float16)(Q_OUT_S))
+#else
+#define SCORES16(v) ((v) * SCALE)
+#define PROBABILITY16(v) (v)
+#endif
 // the lanes of columns past N in slice sl (the last: N % 4 != 0 only)
 #define PAST_N(sl) (LANES16 >= (float16)(TO_FLT(N - 4 * (sl))))
 // the 4 rows of slice i0 (a row's index past M reads the last row: its values are never written)
@@ -36,7 +50,7 @@ for (int sl = 0; sl < NS; sl++) {
   for (int kg = 0; kg < KS; kg++) {  // unrolled: 8 heads of 197 x 64 x 197 25% faster (PoCL)
     BMM16_STEP(p0, p1, p2, p3, xbase, ybase, m0, sl, kg)
   }
-  float16 s = (float16)(BMM16_SUM(p0), BMM16_SUM(p1), BMM16_SUM(p2), BMM16_SUM(p3)) * SCALE;
+  float16 s = SCORES16((float16)(BMM16_SUM(p0), BMM16_SUM(p1), BMM16_SUM(p2), BMM16_SUM(p3)));
   ROWS_WRITE(dbase + sl * D_SN, s)
 #if N % 4 != 0
   if (sl == NS - 1) {  // columns past N take no part
@@ -61,6 +75,6 @@ for (int sl = 0; sl < NS; sl++) {
 sum = QUARTERS_SUM(sum);
 float16 inverse = 1.0f / sum;  // one division a row (as opencl/softmax.cl)
 for (int sl = 0; sl < NS; sl++) {
-  float16 d = ROWS_READ(dbase + sl * D_SN) * inverse;
+  float16 d = PROBABILITY16(ROWS_READ(dbase + sl * D_SN) * inverse);
   ROWS_WRITE(dbase + sl * D_SN, d)
 }
