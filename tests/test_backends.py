@@ -170,10 +170,11 @@ def test_a_preprocessor_test_of_a_run_time_value_is_refused():
 
 
 @pytest.mark.parametrize("precision", ["fp32", "fp16"])
-@pytest.mark.parametrize("shape", [(2, 3, 4, 5), (1, 1, 3, 8), (2, 2, 1, 13), (1, 40, 30, 15)])
+@pytest.mark.parametrize("shape", [(2, 3, 4, 5), (1, 1, 3, 8), (2, 2, 1, 13), (1, 40, 30, 15), (2, 30, 25, 16)])
 def test_round_trip(backend, precision, shape):
-    """to_device then from_device: small tensors come back through the host's reorder, the last one (more than
-    HOST_REORDER_VEC4 vec4) through the conversion kernel."""
+    """to_device then from_device: small tensors come back through the host's reorder, the last two (more than
+    HOST_REORDER_VEC4 vec4) through the conversion kernels (on a CPU's OpenCL its run of pixels a work item, whole
+    slices and a batch of 2 in the last)."""
     rng = np.random.default_rng(sum(shape))
     x = (rng.standard_normal(shape) * 100).astype(np.float32)
     n = shape[0] * -(-shape[3] // 4) * shape[1] * shape[2]

@@ -376,11 +376,11 @@ class OpenCLBackend(Backend):
 
     def _conversion_spec(self, kernel: str, shape: BHWC, precision: str, raw_precision: str) -> KernelSpec:
         spec = conversion_spec(kernel, shape, precision, raw_precision)
-        if kernel != "convert_from_phwc4" or shape[3] % 4 == 0 or raw_precision != "fp32" \
-                or self._info["device_type"] != "cpu":
+        if kernel != "convert_from_phwc4" or raw_precision != "fp32" or self._info["device_type"] != "cpu":
             return spec
         # kernels/opencl/convert_from_phwc4.cl: a run of pixels a work item, no lane found at run time (a (6000, 25)
-        # output 177 -> 42 us)
+        # output 177 -> 42 us); whole slices too (interleaved, basic / pthread: (40, 40, 72) 156 -> 84 / 187 -> 108
+        # us, (112, 112, 32) 402 -> 278 / 348 -> 248, (7, 7, 1280) 84 -> 49 / 108 -> 95)
         helpers, body = codegen.load_kernel("convert_from_phwc4", "opencl")
         return dataclasses.replace(spec, body=body, helpers=helpers, grid=dense_store_grid(shape),
                                    defines={"RUN": DENSE_RUN})
