@@ -4,10 +4,11 @@
     fuse_index_wrap   Keras' wrap of negative indices (SELECT, LESS, ADD) read by the GATHER it feeds
     drop_reshape      reshapes that are no-ops in PHWC4 share their input's buffer
     merge_pad         a zero PAD of H/W folded into the VALID conv that reads it
-    fuse_layer_norm   a float LayerNormalization chain over the channels as one kernel
+    fuse_layer_norm   a LayerNormalization chain over the channels as one kernel (float, or 8-bit with its roundings)
     fuse_matmul_transpose  TRANSPOSEs (and RESHAPEs of the channels) around a BATCH_MATMUL read / written through its
                       strides
-    fuse_matmul_softmax  a float BATCH_MATMUL, a MUL by a scalar and a SOFTMAX over its rows as one kernel
+    fuse_matmul_softmax  a BATCH_MATMUL, a MUL by a scalar and a SOFTMAX over its rows as one kernel (float, or
+                      8-bit with its roundings)
     pad_channels      a PAD of zero channels read by an elementwise node: its post-op reads the channels as 0
     fuse_elementwise  activations and elementwise chains folded into their producer; fake-quant steps
     dense_outputs     an output that reshapes and concatenations make of other tensors stored in the host's dense
