@@ -62,6 +62,21 @@ def random_inputs(content: bytes, seed: int = 0) -> list[np.ndarray]:
     return out
 
 
+def int8_grid(values: list[np.ndarray]) -> dict[str, object]:
+    """An int8 grid (ModelBuilder.tensor's dtype, scale, zero_point) covering ``values`` and 0, as the converter
+    calibrates one."""
+    lo = min(0.0, *(float(v.min()) for v in values))
+    hi = max(0.0, *(float(v.max()) for v in values))
+    scale = (hi - lo) / 255.0 or 1.0
+    return {"dtype": np.int8, "scale": scale, "zero_point": int(np.clip(round(-128 - lo / scale), -128, 127))}
+
+
+def to_int8(x: np.ndarray, grid: dict[str, object]) -> np.ndarray:
+    """``x`` quantized onto an int8_grid."""
+    scale, zero_point = float(grid["scale"]), int(grid["zero_point"])  # type: ignore[arg-type]
+    return np.clip(np.round(x / scale) + zero_point, -128, 127).astype(np.int8)
+
+
 def assert_float_close(ours: np.ndarray, ref: np.ndarray, rel: float = 1e-4, what: str = "") -> float:
     """|ours - ref| <= rel * (1 + max|ref|); returns the max error."""
     assert ours.shape == ref.shape, f"{what}: shape {ours.shape} != reference {ref.shape}"

@@ -15,7 +15,7 @@ import pytest
 
 from gpu_delegate.tflite.writer import ModelBuilder
 
-from .reference import assert_float_close, assert_quant_close, run_litert, run_wholly_on_gpu
+from .reference import assert_float_close, assert_quant_close, int8_grid, run_litert, run_wholly_on_gpu, to_int8
 
 
 def logical(shape: tuple[int, ...], adj: bool) -> tuple[int, ...]:
@@ -271,14 +271,6 @@ def test_transpose_read_elsewhere_too_stays_a_kernel(backend):
         assert_float_close(o, r, 1e-5, what=f"keys also an output on {backend}")
 
 
-def _grid(values: list[np.ndarray]) -> dict[str, object]:
-    """An int8 grid covering ``values`` and 0, as the converter calibrates one."""
-    lo = min(0.0, *(float(v.min()) for v in values))
-    hi = max(0.0, *(float(v.max()) for v in values))
-    scale = (hi - lo) / 255.0 or 1.0
-    return {"dtype": np.int8, "scale": scale, "zero_point": int(np.clip(round(-128 - lo / scale), -128, 127))}
-
-
 def int8_scores_model(heads: int, tokens: int, head: int, scale: float | None, q: np.ndarray, k: np.ndarray,
                       v: np.ndarray) -> tuple[bytes, list[dict[str, object]]]:
     """The converter's int8 attention: BATCH_MATMUL(q, k, adj_y) of [1, heads, tokens, head] int8 inputs, a MUL by
@@ -290,7 +282,7 @@ def int8_scores_model(heads: int, tokens: int, head: int, scale: float | None, q
     logits = product * (scale or 1.0)
     probs = np.exp(logits - logits.max(-1, keepdims=True))
     probs /= probs.sum(-1, keepdims=True)
-    grids = [_grid([q]), _grid([k]), _grid([product]), _grid([logits]), _grid([v]), _grid([probs @ v])]
+    grids = [int8_grid([t]) for t in (q, k, product, logits, v, probs @ v)]
     mb = ModelBuilder()
     tq, tk = mb.input("q", shape, **grids[0]), mb.input("k", shape, **grids[1])
     tv = mb.input("v", shape, **grids[4])
@@ -317,8 +309,7 @@ def test_int8_scores_scale_and_softmax_are_one_kernel(backend, heads, tokens, he
     shape = (1, heads, tokens, head)
     q, k, v = values(shape, 31), values(shape, 32) * 2, values(shape, 33)
     content, grids = int8_scores_model(heads, tokens, head, scale, q, k, v)
-    xs = [np.clip(np.round(x / float(g["scale"])) + int(g["zero_point"]), -128, 127).astype(np.int8)  # type: ignore
-          for x, g in zip((q, k, v), grids)]
+    xs = [to_int8(x, g) for x, g in zip((q, k, v), grids)]
     kernels, outs = run_wholly_on_gpu(content, xs, backend)
     assert kernels == ["batch_matmul_softmax", "batch_matmul"], kernels
     assert_quant_close(outs[0], run_litert(content, xs)[0], min_equal=0.95, max_steps=3,

@@ -18,7 +18,7 @@ import pytest
 
 import gpu_delegate as gd
 
-from .reference import assert_float_close, assert_quant_close, plan_of, run, run_litert
+from .reference import assert_float_close, assert_quant_close, plan_of, run, run_litert, to_int8
 from .test_gpu_batch_matmul import attention_model, int8_scores_model, values
 from .test_gpu_bool_int import embedding_model
 from .test_gpu_layer_norm import inputs_for, int8_layer_norm_model
@@ -57,8 +57,7 @@ def test_int8_attention(gpu_told):
     shape = (1, 3, 9, 13)
     q, k, v = values(shape, 31), values(shape, 32) * 2, values(shape, 33)
     content, grids = int8_scores_model(3, 9, 13, 0.3, q, k, v)
-    xs = [np.clip(np.round(x / float(g["scale"])) + int(g["zero_point"]), -128, 127).astype(np.int8)  # type: ignore
-          for x, g in zip((q, k, v), grids)]
+    xs = [to_int8(x, g) for x, g in zip((q, k, v), grids)]
     kernels, outs = run_told(gpu_told, content, xs)
     assert kernels == ["batch_matmul_softmax", "batch_matmul"], kernels
     assert_quant_close(outs[0], run_litert(content, xs)[0], min_equal=0.95, max_steps=3, what="dialect int8 attention")
@@ -69,8 +68,7 @@ def test_int8_layer_norm(gpu_told, with_beta):
     shape = (3, 9, 13)
     samples = [inputs_for(shape, seed)[0] for seed in range(2)]
     content, qx = int8_layer_norm_model(shape, with_beta, True, samples)
-    scale, zero_point = float(qx["scale"]), int(qx["zero_point"])  # type: ignore[arg-type]
-    xs = [np.clip(np.round(samples[0] / scale) + zero_point, -128, 127).astype(np.int8)]
+    xs = [to_int8(samples[0], qx)]
     kernels, outs = run_told(gpu_told, content, xs)
     assert kernels == ["layer_norm"], kernels
     assert_quant_close(outs[0], run_litert(content, xs)[0], what="dialect int8 layer norm")

@@ -11,7 +11,7 @@ import pytest
 
 from gpu_delegate.tflite.writer import ModelBuilder
 
-from .reference import assert_float_close, assert_quant_close, run_litert, run_wholly_on_gpu
+from .reference import assert_float_close, assert_quant_close, int8_grid, run_litert, run_wholly_on_gpu, to_int8
 
 
 def layer_norm_model(shape: tuple[int, ...], with_beta: bool, also_mean: bool = False, eps: float = 1e-3) -> bytes:
@@ -87,14 +87,6 @@ def test_layer_norm_whose_mean_is_read_elsewhere_stays_a_chain(backend):
         assert_float_close(o, r, 1e-5, what=f"unfused chain on {backend}")
 
 
-def _grid(values: list[np.ndarray]) -> dict[str, object]:
-    """An int8 grid covering ``values`` and 0, as the converter calibrates one."""
-    lo = min(0.0, *(float(v.min()) for v in values))
-    hi = max(0.0, *(float(v.max()) for v in values))
-    scale = (hi - lo) / 255.0 or 1.0
-    return {"dtype": np.int8, "scale": scale, "zero_point": int(np.clip(round(-128 - lo / scale), -128, 127))}
-
-
 def int8_layer_norm_model(shape: tuple[int, ...], with_beta: bool, with_gamma: bool,
                           samples: list[np.ndarray]) -> tuple[bytes, dict[str, object]]:
     """The converter's int8 LayerNormalization over the last axis, each tensor's grid calibrated on the float chain
@@ -115,7 +107,7 @@ def int8_layer_norm_model(shape: tuple[int, ...], with_beta: bool, with_gamma: b
     shift = -m * inv if not with_beta else beta - m * inv
     ranges = {"x": [x], "m": [m], "neg": [-m], "d": [d], "v": [v, v + eps], "r": [r], "inv": [inv],
               "ms": [m * inv, -m * inv], "shift": [shift], "xs": [x * inv], "y": [x * inv + shift]}
-    q = {name: _grid(vs) for name, vs in ranges.items()}
+    q = {name: int8_grid(vs) for name, vs in ranges.items()}
     mb = ModelBuilder()
     tx = mb.input("x", shape, **q["x"])
     axis = mb.const("axis", np.array([-1], np.int32))
@@ -159,9 +151,8 @@ def int8_layer_norm_model(shape: tuple[int, ...], with_beta: bool, with_gamma: b
 def test_int8_layer_norm_is_one_kernel_as_close_to_litert_as_the_chain(backend, shape, with_beta, with_gamma):
     samples = [inputs_for(shape, seed)[0] for seed in range(3)]
     content, qx = int8_layer_norm_model(shape, with_beta, with_gamma, samples)
-    scale, zero_point = float(qx["scale"]), int(qx["zero_point"])  # type: ignore[arg-type]
     for k, sample in enumerate(samples):
-        xs = [np.clip(np.round(sample / scale) + zero_point, -128, 127).astype(np.int8)]
+        xs = [to_int8(sample, qx)]
         ref = run_litert(content, xs)
         kernels, outs = run_wholly_on_gpu(content, xs, backend)
         assert kernels.count("layer_norm") == 1 and kernels.count("reduce") == 0, kernels
