@@ -28,7 +28,7 @@ from ..phwc4 import slices
 from .context import GpuOp, LowerContext
 from .fused_op import FusedOp
 from .plan import CodeTable
-from .postops import ACTIVATION_EXPR, quant_grid, table_rows
+from .postops import ACTIVATION_EXPR, grid_defines, lookup_grid, quant_grid, table_rows
 from .view import PartitionView, PassResult
 
 Defines = dict[str, int | float | str]
@@ -99,8 +99,7 @@ def _quant_defines(q: QuantSteps) -> Defines:
              "SP": q.shift_product, "SHIFT": q.shift, "SCALED": q.scaled}
     for name, grid in steps.items():
         if grid is not None:
-            scale, lo, hi = grid
-            defines.update({f"Q_{name}_S": float(np.float32(scale)), f"Q_{name}_LO": lo, f"Q_{name}_HI": hi})
+            defines.update(grid_defines(f"Q_{name}", grid))
     return defines
 
 
@@ -264,11 +263,10 @@ def match(view: PartitionView, mean_node: Node, chain: _Chain, quantized: bool =
     if any(g is None or graph.tensors[t].dtype.itemsize != 1 for t, g in grids.items()):
         return "a tensor of the 8-bit chain is not per-tensor quantized to 8 bits"
     assert table is not None
-    code_max = table.code_min + table.values.size - 1
+    rsqrt_input, rsqrt_offset = lookup_grid(table)
     steps = QuantSteps(
         mean=_grid(grids, m), squared=_grid(grids, first.outputs[0]), variance=_grid(grids, variance.outputs[0]),
-        rsqrt_input=(table.scale, float(table.code_min - table.zero_point), float(code_max - table.zero_point)),
-        rsqrt_offset=table.zero_point - table.code_min, rsqrt=table,
+        rsqrt_input=rsqrt_input, rsqrt_offset=rsqrt_offset, rsqrt=table,
         inv=_grid(grids, scale.outputs[0]) if scale is not None else None,
         neg=_grid(grids, negated) if isinstance(negated, int) else None,
         shift_product=_grid(grids, scale_m.outputs[0]), shift=_grid(grids, sub.outputs[0]) if sub else None,

@@ -7,8 +7,8 @@ LowerContext.softmax_after. The kernel stores the raw scores in its output befor
 must have no post-ops: the SOFTMAX's readers find no producer to fuse into once it is gone (fuse_elementwise runs
 after this pass), and in an 8-bit chain (where the delegate rounds 8-bit results: ``quantized``) the kernel rounds
 as the separate kernels' fake-quant steps would, itself (fuse_elementwise adds none after the product): the
-product onto its grid, its code's score from a table (the MUL and its rounding, computed as _chain_values does in
-fuse_elementwise), the probabilities onto the SOFTMAX's grid.
+product onto its grid, its code's score from a table (the MUL and its rounding in float32, as fuse_elementwise's
+_fold_constant_chains computes its tables), the probabilities onto the SOFTMAX's grid.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import numpy as np
 
 from ..graph import ACT_NONE
 from .fuse_elementwise import fake_quant_float32
-from .plan import CodeTable, SoftmaxAfter
+from .plan import CodeTable, ScoreRounding, SoftmaxAfter
 from .postops import quant_grid
 from .view import PartitionView, PassResult
 
@@ -111,4 +111,4 @@ def _rounded(view: PartitionView, product: int, chain: list[int], scale: float, 
         assert mul_grid is not None
         with np.errstate(all="ignore"):
             values = fake_quant_float32((values * np.float32(scale)).astype(np.float32), *mul_grid)
-    return SoftmaxAfter(1.0, beta, grid, CodeTable(values, grid[0], int(-lo), 0), out)
+    return SoftmaxAfter(1.0, beta, ScoreRounding(grid, CodeTable(values, grid[0], int(-lo), 0), out))

@@ -27,18 +27,25 @@ class CodeTable:
 
 
 @dataclass(frozen=True)
+class ScoreRounding:
+    """An 8-bit chain's roundings in a product that normalizes its scores: the product onto its grid (``product``:
+    scale, lowest and highest code less the zero point; a multiply by the reciprocal, as a sum of products'
+    fake-quant step), looked up in ``scores`` (that code's score, the MUL by the scale and its rounding included),
+    and the probabilities onto the SOFTMAX's output grid ``out``."""
+
+    product: tuple[float, float, float]
+    scores: CodeTable
+    out: tuple[float, float, float]
+
+
+@dataclass(frozen=True)
 class SoftmaxAfter:
     """A product's scores normalized in its own kernel (lowering/fuse_matmul_softmax.py): SOFTMAX(scores * scale,
-    beta). In an 8-bit chain (``scores`` given) the product is rounded onto its grid (``product``: scale, lowest and
-    highest code less the zero point; a multiply by the reciprocal, as a sum of products' fake-quant step), looked up
-    in ``scores`` (that code's score, the MUL by the scale and its rounding included; the scale is then 1), and the
-    probabilities rounded onto the SOFTMAX's output grid ``out``."""
+    beta); in an 8-bit chain with its ``rounding`` (the scale is then 1: the scores' table holds it)."""
 
     scale: float
     beta: float
-    product: tuple[float, float, float] | None = None
-    scores: CodeTable | None = None
-    out: tuple[float, float, float] | None = None
+    rounding: ScoreRounding | None = None
 
 
 @dataclass

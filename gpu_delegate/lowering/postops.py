@@ -56,6 +56,13 @@ def quant_grid(tensor: Tensor) -> tuple[float, float, float] | None:
     return float(scale), float(info.min - zp), float(info.max - zp)
 
 
+def grid_defines(name: str, grid: tuple[float, float, float]) -> dict[str, float]:
+    """A fake-quant step's grid (quant_grid) as a kernel's defines ``<name>_S``, ``<name>_LO``, ``<name>_HI``, the
+    scale rounded to float32 as the kernel reads it."""
+    scale, lo, hi = grid
+    return {f"{name}_S": float(np.float32(scale)), f"{name}_LO": lo, f"{name}_HI": hi}
+
+
 def fake_quant_postop(view: PartitionView, t: int, node: int) -> PostOp | None:
     """Quantize-dequantize onto tensor ``t`` (node ``node``'s output)'s integer grid, if it is per-tensor
     quantized (so the float graph follows the fixed-point one); None otherwise."""
@@ -67,12 +74,19 @@ def fake_quant_postop(view: PartitionView, t: int, node: int) -> PostOp | None:
                   exact=view.graph.nodes[node].op not in SUMS_OF_PRODUCTS)
 
 
+def lookup_grid(table: CodeTable) -> tuple[tuple[float, float, float], int]:
+    """Where a value's code on ``table``'s input grid is looked up: that grid as quant_grid gives one (scale, lowest
+    and highest code less the zero point), and the table's row of code 0."""
+    lo = table.code_min - table.zero_point
+    return (table.scale, float(lo), float(lo + table.values.size - 1)), -lo
+
+
 def lut_postop(table: CodeTable, key: str, node: int, exact: bool = True) -> PostOp:
     """The post-op looking up each value's code on ``table``'s input grid in const ``key`` (the table's values);
     ``exact`` as for the fake-quant step whose rounding the code is (PostOp)."""
-    return PostOp("lut", operand="table", source=key, scale=table.scale, qmin=float(table.code_min - table.zero_point),
-                  qmax=float(table.code_min + table.values.size - 1 - table.zero_point),
-                  offset=table.zero_point - table.code_min, node=node, exact=exact)
+    (scale, qmin, qmax), offset = lookup_grid(table)
+    return PostOp("lut", operand="table", source=key, scale=scale, qmin=qmin, qmax=qmax, offset=offset, node=node,
+                  exact=exact)
 
 
 def table_rows(table: CodeTable) -> np.ndarray:

@@ -21,7 +21,7 @@ from ..cpu.quant import activation_range, dequantize, quantize_multipliers
 from ..errors import DelegateError, ModelError
 from ..graph import ACT_SIGN_BIT, ACT_TANH, Graph, Node, Tensor
 from ..lowering.context import LowerContext
-from ..lowering.postops import table_rows
+from ..lowering.postops import grid_defines, lookup_grid, table_rows
 from ..phwc4 import bhwc, slices, to_rows
 from .base import Defines, Op, as_f32, register, with_const
 from .checks import (
@@ -1156,14 +1156,13 @@ def lower_batch_matmul(node: Node, ctx: LowerContext) -> None:
     softmax = ctx.softmax_after(node)
     if softmax is not None:
         defines.update({"SCALE": softmax.scale, "BETA": softmax.beta, "QUANT": 0})
-        if softmax.scores is not None and softmax.product is not None and softmax.out is not None:
-            scores = softmax.scores
-            p_scale, p_lo, p_hi = softmax.product
-            o_scale, o_lo, o_hi = softmax.out
+        rounding = softmax.rounding
+        if rounding is not None:
+            p_scale, p_lo, p_hi = rounding.product
             defines.update({"QUANT": 1, "Q_IN_INV": float(np.float32(1) / np.float32(p_scale)), "Q_IN_LO": p_lo,
-                            "Q_IN_HI": p_hi, "SCORES_OFFSET": scores.zero_point - scores.code_min,
-                            "Q_OUT_S": float(np.float32(o_scale)), "Q_OUT_LO": o_lo, "Q_OUT_HI": o_hi})
-            consts["scores"] = ctx.const(f"bmm_scores:{node.index}", lambda: table_rows(scores))
+                            "Q_IN_HI": p_hi, "SCORES_OFFSET": lookup_grid(rounding.scores)[1],
+                            **grid_defines("Q_OUT", rounding.out)})
+            consts["scores"] = ctx.const(f"bmm_scores:{node.index}", lambda: table_rows(rounding.scores))
         ctx.kernel("batch_matmul_softmax", inputs, {"dst": out}, consts, defines, (-(-m // BMM_ROWS), oh, ob),
                    variants={"opencl": "batch_matmul_softmax"} if ctx.cpu_opencl else None)
         return
