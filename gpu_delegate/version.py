@@ -16,8 +16,10 @@ def build_id() -> str:
     constant out otherwise (or names a define differently) must not load, whatever the version number says."""
     package = Path(__file__).resolve().parent
     digest = hashlib.sha256()
+    # the package (an installed one holds its kernels), and a checkout's kernels beside it (codegen._KERNEL_DIRS);
+    # a "kernels" folder of some other package there has no dialect/
     for root in (package, package.parent / "kernels"):
-        if not root.is_dir():
+        if root != package and not (root / "dialect").is_dir():
             continue
         for path in sorted(p for p in root.rglob("*") if p.is_file() and p.suffix in (".py", ".dialect", ".cl", ".glsl")
                            and "__pycache__" not in p.parts):

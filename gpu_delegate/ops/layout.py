@@ -1061,10 +1061,11 @@ class Gather(Op):
                 consts["src"] = ctx.const(f"gather_rows:{src}",
                                           lambda: to_rows(ctx.const_value(node, src), table_shape, pixel_major=True),
                                           fp32=ctx.holds_ints(src))
-            b, h, w, c = ctx.bhwc(dst)
-            rows = ctx.cpu_opencl and bool(defines["CONST_SRC"]) and axis == 0 and len(shape) == 2 and c == shape[1]
+            out_b, out_h, out_w, out_c = ctx.bhwc(dst)
+            rows = ctx.cpu_opencl and ctx.is_const(src) and axis == 0 and len(shape) == 2 and out_c == shape[1]
             defines["ROWS"] = rows  # gather.dialect: a work item per looked-up row
-            ctx.kernel("gather", inputs, {"dst": dst}, consts, defines, grid=(w, h, b) if rows else ctx.grid(dst))
+            ctx.kernel("gather", inputs, {"dst": dst}, consts, defines,
+                       grid=(out_w, out_h, out_b) if rows else ctx.grid(dst))
             return
         values = ctx.const_ints(indices).reshape(-1)
 
