@@ -9,6 +9,7 @@
 // @include opencl/exp16.inc.cl
 
 #if QUANT  // dialect/batch_matmul_softmax.dialect's roundings, 16 values at a time
+// @include opencl/fake_quant16.inc.cl
 float16 scores16(float16 v BUFS_DECL) {
   int16 c = GD_CONVERT(QROUND(v * (float16)(Q_IN_INV), Q_IN_LO, Q_IN_HI), int16) + SCORES_OFFSET;
   return (float16)(scores_read1(c.s0), scores_read1(c.s1), scores_read1(c.s2), scores_read1(c.s3),
@@ -17,7 +18,7 @@ float16 scores16(float16 v BUFS_DECL) {
                    scores_read1(c.sc), scores_read1(c.sd), scores_read1(c.se), scores_read1(c.sf));
 }
 #define SCORES16(v) scores16((v) BUFS)
-#define PROBABILITY16(v) (QROUND((v) / (float16)(Q_OUT_S), Q_OUT_LO, Q_OUT_HI) * (float16)(Q_OUT_S))
+#define PROBABILITY16(v) fake_quant16((v), Q_OUT_S, Q_OUT_LO, Q_OUT_HI)
 #else
 #define SCORES16(v) ((v) * SCALE)
 #define PROBABILITY16(v) (v)

@@ -2,8 +2,9 @@
 // a work item copies a run of RUN pixels (phwc4.DENSE_RUN), each slice stored as 4 floats at the pixel's dense
 // offset. The backend's conversion of an output on a CPU (the dialect's work item per dense vec4 finds each
 // element's pixel and lane at run time: a (6000, 25) output 177 us on PoCL against 42; with whole slices it is one
-// vec4, and still 1.2-1.9x this kernel's time) stores them from 0 on; a dense store of lowering/dense_outputs.py places them in an output that reshapes and
-// concatenations make of several tensors: ROW values at a time, rows STRIDE apart, from OFFSET.
+// vec4, and still 1.2-1.9x this kernel's time) stores them from 0 on; a dense store of lowering/dense_outputs.py
+// places them in an output that reshapes and concatenations make of several tensors: ROW values at a time, rows
+// STRIDE apart, from OFFSET.
 // A pixel's last slice spills its padding lanes into the next pixel's first channels, which that pixel then
 // overwrites (where it has more than one channel, so that they are at most its own); the run's last pixel, and a pixel that ends a row, store the last slice lane by lane, so no two work
 // items write the same float, nor a store another tensor's values. Grid: phwc4.dense_store_grid.

@@ -8,7 +8,8 @@
 // @include opencl/wide_rows.inc.cl
 #define SPREAD4(v) (float16)((v), (v), (v), (v))
 #if QUANT
-#define LN_FQ(v, S, LO, HI) (QROUND((v) / (float16)(S), LO, HI) * (float16)(S))
+// @include opencl/fake_quant16.inc.cl
+#define LN_FQ(v, S, LO, HI) fake_quant16((v), S, LO, HI)
 // the scale (inv) of slice s of the 4 pixels, whose reciprocal deviations are r
 float16 scale_of(float16 r, int s BUFS_DECL) {
 #if HAS_INV
