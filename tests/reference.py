@@ -62,6 +62,12 @@ def random_inputs(content: bytes, seed: int = 0) -> list[np.ndarray]:
     return out
 
 
+def on_cpu_opencl(backend: str) -> bool:
+    """Whether ``backend`` is OpenCL on a CPU device, which runs kernels/opencl/ versions of some kernels
+    (LowerContext.cpu_opencl)."""
+    return backend == "cl" and shared_delegate(backend).backend.device_info()["device_type"] == "cpu"
+
+
 def int8_grid(values: list[np.ndarray]) -> dict[str, object]:
     """An int8 grid (ModelBuilder.tensor's dtype, scale, zero_point) covering ``values`` and 0, as the converter
     calibrates one."""

@@ -14,7 +14,7 @@ import gpu_delegate as gd
 from gpu_delegate.tflite.writer import ModelBuilder
 
 from .parity_models import MODELS, run_gpu
-from .reference import assert_float_close, plan_of, run, run_litert, run_wholly_on_gpu, shared_delegate
+from .reference import assert_float_close, on_cpu_opencl, plan_of, run, run_litert, run_wholly_on_gpu, shared_delegate
 
 COMPARES = ("EQUAL", "NOT_EQUAL", "GREATER", "GREATER_EQUAL", "LESS", "LESS_EQUAL")
 
@@ -139,7 +139,7 @@ def test_a_cpus_opencl_copies_a_looked_up_row_per_work_item(backend):
     ours = run(it, [ids])
     assert_float_close(ours[0], run_litert(content, [ids])[0], 0.0, what="vectors")
     (call,) = plan_of(it).kernels
-    cpu = backend == "cl" and shared_delegate(backend).backend.device_info()["device_type"] == "cpu"
+    cpu = on_cpu_opencl(backend)
     assert bool(call.defines["ROWS"]) == cpu and call.grid == ((11, 1, 1) if cpu else (11, 1, 18)), call
 
 
