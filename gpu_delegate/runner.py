@@ -35,6 +35,7 @@ from .backends.codegen import (
 )
 from .backends.compile_worker import CompileWorker, Group, Launch
 from .cache import fingerprint, partition_parts
+from .cpu.quant import dequantize
 from .dtypes import fp16_saturated
 from .errors import DelegateError
 from .graph import Graph
@@ -244,7 +245,8 @@ class PlanRunner:
             return "fp32" if plan.buffer_fp32[plan.buffer_of[plan.storage(t)]] else self.precision
 
         inputs: list[tuple[BHWC, str, Codes | None]] = [
-            (plan.tensors[t], storage(t), (*codes[t], feeds[t].dtype) if t in codes else None) for t in plan.inputs]
+            (plan.tensors[t], storage(t), (*codes[t], feeds[t].dtype) if t in codes else None) for t in plan.inputs
+            if t not in plan.dense]
         return self.backend.boundary_specs(inputs, [(plan.tensors[t], storage(t)) for t in plan.outputs
                                                     if t not in plan.dense])
 
@@ -468,12 +470,21 @@ class PlanRunner:
             inputs = [(self._input_route(t, codes.get(t), feeds[t].dtype), feeds[t]) for t in plan.inputs]
             return dict(zip(plan.outputs, backend.invoke(inputs, self.bound, self.output_routes)))
         for t in plan.inputs:
-            backend.to_device(feeds[t], self.tensor_buffer(t), plan.tensors[t], codes.get(t))
+            self._upload(t, feeds[t], codes.get(t))
         for bound in self.bound:
             backend.dispatch_bound([bound])
             backend.finish()
             progress.advance()
         return {t: self._download(t) for t in plan.outputs}
+
+    def _upload(self, t: int, feed: np.ndarray, quant: tuple[float, int] | None) -> None:
+        """Input ``t`` into its buffer: as it is where it is stored dense, else through a conversion into PHWC4."""
+        if t not in self.plan.dense:
+            self.backend.to_device(feed, self.tensor_buffer(t), self.plan.tensors[t], quant)
+            return
+        if feed.size != math.prod(self.plan.tensors[t]):
+            raise ValueError(f"an array of shape {feed.shape} does not fill a tensor of shape {self.plan.tensors[t]}")
+        self.backend.upload(self.tensor_buffer(t), feed if quant is None else dequantize(feed, *quant))
 
     def _download(self, t: int) -> np.ndarray:
         """Output ``t`` as a dense float32 BHWC array, from PHWC4 or from the dense order it is stored in."""
@@ -489,8 +500,10 @@ class PlanRunner:
         if route is None:
             if codes is not None and dtype not in (np.int8, np.uint8):
                 raise ValueError(f"quantized codes are int8 or uint8, not {dtype}")
-            route = self.input_routes[(t, codes)] = self.backend.input_route(self.tensor_buffer(t),
-                                                                             self.plan.tensors[t], codes)
+            tensor, shape = self.tensor_buffer(t), self.plan.tensors[t]
+            route = (InputRoute.dense_floats(tensor, shape, codes) if t in self.plan.dense
+                     else self.backend.input_route(tensor, shape, codes))
+            self.input_routes[(t, codes)] = route
         return route
 
     def _run_profiled(self, feeds: dict[int, np.ndarray], codes: dict[int, tuple[float, int]]
@@ -508,7 +521,7 @@ class PlanRunner:
 
         for t in plan.inputs:
             start = time.perf_counter()
-            backend.to_device(feeds[t], self.tensor_buffer(t), plan.tensors[t], codes.get(t))
+            self._upload(t, feeds[t], codes.get(t))
             collect((), start)
         for call, bound in zip(plan.kernels, self.bound):
             start = time.perf_counter()

@@ -33,12 +33,18 @@ from gpu_delegate.tflite import ModelBuilder
 from .reference import assert_float_close, run, run_litert
 
 
-def block_model() -> bytes:
+def block_model(relu_first: bool = False) -> bytes:
     """Kernels of one file at several shapes and with different fused post-ops (RELU6, a residual ADD), and of
-    other files: the program of the partition must keep each kernel's defines and helpers its own."""
+    other files: the program of the partition must keep each kernel's defines and helpers its own. ``relu_first``:
+    the input goes through a RELU (a kernel that reads it from PHWC4: a conversion at the boundary) before the
+    first convolution, which would otherwise read it as the host wrote it (lowering/dense_inputs.py)."""
     rng = np.random.default_rng(7)
     mb = ModelBuilder()
     x = mb.input("x", [1, 12, 10, 6])
+    if relu_first:
+        relu = mb.tensor("relu", [1, 12, 10, 6])
+        mb.op("RELU", [x], [relu])
+        x = relu
 
     def conv(name, src, cin, cout, k, stride, act, out_hw):
         out = mb.tensor(name, [1, *out_hw, cout])
@@ -84,8 +90,9 @@ def runner_of(it):
 
 
 def test_one_program_per_partition_on_opencl(one_device):
+    content = block_model(relu_first=True)
     d = gd.GpuDelegate(backend="cl")
-    it = gd.Interpreter(model_content=BLOCK, experimental_delegates=[d])
+    it = gd.Interpreter(model_content=content, experimental_delegates=[d])
     out = run(it, BLOCK_INPUTS)
     assert {o["backend"] for o in it.get_ops_details()} == {"cl"}
     r = runner_of(it)
@@ -93,7 +100,7 @@ def test_one_program_per_partition_on_opencl(one_device):
     assert len({p.unit for p in r.programs}) == 1  # ...in one driver program
     conversions = list(d.backend._convert.values())  # the boundary's, built with the kernels
     assert conversions and {p.unit for p in conversions} == {r.programs[0].unit}
-    for ours, ref in zip(out, run_litert(BLOCK, BLOCK_INPUTS)):
+    for ours, ref in zip(out, run_litert(content, BLOCK_INPUTS)):
         assert_float_close(ours, ref, 1e-4, what="kernels of one program")
 
 

@@ -251,6 +251,38 @@ def test_causal_conv1d_pads_merged(backend):
     assert sum(n.startswith("merged") for n in plan_notes(it)) == 3, plan_notes(it)
 
 
+def test_inputs_read_dense_by_convolutions(backend):
+    """On OpenCL an input that convolutions alone read is written as the host has it and read in that dense order
+    (lowering/dense_inputs.py): channels past a slice (5, batch 2), a reshape dropped before it (an audio model's
+    [1, T, 1]), grouped slices, a 1x1 convolution and a FULLY_CONNECTED; fp16 storage around it. An input that
+    an ADD also reads stays PHWC4. GL converts them all."""
+    for fp16 in (False, True):
+        b = Builder()
+        x = b.input("x", [2, 9, 11, 5])
+        conv(b, x, "x_3x3_relu", 5, (9, 11), 7, (3, 3), 1, "SAME", act="RELU")
+        conv(b, x, "x_3x3_s2", 5, (9, 11), 6, (3, 3), 2, "VALID")
+        conv(b, x, "x_1x1", 5, (9, 11), 9, (1, 1), 1, "VALID")
+        audio = b.input("audio", [1, 37, 1])
+        b.op("RESHAPE", [audio, b.const(np.array([1, 1, 37, 1], I32))], "audio_rows", [1, 1, 37, 1], output=False)
+        b.op("CONV_2D", ["audio_rows", b.weights([8, 1, 9, 1]), b.weights([8])], "audio_conv", [1, 1, 8, 8],
+             padding="VALID", stride_h=1, stride_w=4, dilation_h_factor=1, dilation_w_factor=1,
+             fused_activation_function="RELU")
+        g = b.input("g", [1, 7, 6, 8])
+        conv(b, g, "g_grouped", 8, (7, 6), 8, (3, 3), 1, "SAME", groups=2, n=1)
+        f = b.input("f", [3, 7])
+        b.op("FULLY_CONNECTED", [f, b.weights([4, 7]), b.weights([4])], "f_fc", [3, 4])
+        y = b.input("y", [1, 7, 6, 8])
+        conv(b, y, "y_1x1", 8, (7, 6), 5, (1, 1), 1, "VALID", n=1)
+        b.op("ADD", [y, y], "y_twice", [1, 7, 6, 8])
+        it = check_float(b, backend, fp16)
+        plan = plan_of(it)
+        dense = sorted(b.mb.tensors[t]["name"] for t in plan.dense)
+        assert dense == (["audio", "f", "g", "x"] if backend == "cl" else []), plan.notes
+        readers = sorted(b.mb.tensors[c.outputs["dst"]]["name"] for c in plan.kernels if c.defines.get("SRC_DENSE"))
+        assert readers == (["audio_conv", "f_fc", "g_grouped", "x_1x1", "x_3x3_relu", "x_3x3_s2"]
+                           if backend == "cl" else [])
+
+
 def test_fp16_storage(backend):
     b = Builder()
     chain(b)

@@ -92,6 +92,12 @@ class InputRoute:
     raw_codes: bool = False  # ``convert`` dequantizes the codes, which go up as they are
     lanes: np.ndarray | None = None  # ``rows`` as (pixel, channel) where its pixels are in the input's order
 
+    @classmethod
+    def dense_floats(cls, tensor: Buffer, shape: BHWC, codes: Codes | None = None) -> InputRoute:
+        """The route of an input the plan stores as float32 in the dense BHWC order (lowering/dense_inputs.py): the
+        array is written as it is (codes dequantized on the host first)."""
+        return cls(tensor, shape, codes, None, None, [])
+
     @property
     def size(self) -> int:
         return math.prod(self.shape)
@@ -831,7 +837,7 @@ class Backend(ABC):
             self._write_async(route.raw.handle, data.reshape(-1))
             self._dispatch_bound(route.convert)
             return
-        if route.rows is None:  # PHWC4 is the array's own layout
+        if route.rows is None:  # PHWC4 is the array's own layout, or the tensor is stored dense
             self._write_async(route.tensor.handle,
                               np.ascontiguousarray(array, _STORAGE[route.tensor.precision]).reshape(-1))
             return

@@ -165,7 +165,8 @@ class Plan:
     buffer_fp32: list[bool] = field(default_factory=list)  # per buffer slot (memory plan)
     # variable (graph) tensor -> plan tensor holding its new value after an invoke; those are in ``outputs``
     state_updates: dict[int, int] = field(default_factory=dict)
-    # outputs stored in the dense row-major BHWC order, float32, not in PHWC4 (lowering/dense_outputs.py)
+    # inputs and outputs stored in the dense row-major BHWC order, float32, not in PHWC4 (lowering/dense_inputs.py,
+    # dense_outputs.py)
     dense: set[int] = field(default_factory=set)
 
     def tensor_precision(self, t: int, precision: str) -> str:

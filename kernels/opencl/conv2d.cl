@@ -8,6 +8,15 @@
 
 // @include opencl/conv_wide.inc.cl
 #define SRC_PLANE (src_H * src_W)
+// SRC_BASE(b, y, x): the float index of a pixel's channel 0; SRC_STEP: from one input slice to the next. SRC_DENSE:
+// the input is the host's dense BHWC floats (lowering/dense_inputs.py), its channels side by side
+#if SRC_DENSE
+#define SRC_BASE(b, y, x) (src_C * (((b) * src_H + (y)) * src_W + (x)))
+#define SRC_STEP 4
+#else
+#define SRC_BASE(b, y, x) (4 * src_idx(b, y, x, 0))
+#define SRC_STEP (4 * SRC_PLANE)
+#endif
 #if GROUPED  // dialect/conv2d.dialect's grouped weights: a block reads its group's GROUP_S input slices
 #define IN_SLICES GROUP_S
 #define FIRST_SLICE(blk) (((blk) / GROUP_BLOCKS) * GROUP_S)
@@ -28,16 +37,16 @@ __attribute__((always_inline)) inline void conv_block(int b, int blk, int oy, in
     int iy = oy * SH - PT + ky * DH;
     if (!inside && (iy < 0 || iy >= src_H)) continue;  // a row of zero padding adds nothing
     for (int kx = 0; kx < KW; kx++) {
-      int base[BLOCK_X];  // float index of each pixel's tap in slice 0
+      int base[BLOCK_X];  // float index of each pixel's tap in slice 0 (SRC_BASE)
       float mask[BLOCK_X];
 #pragma unroll
       for (int p = 0; p < BLOCK_X; p++) {
         int ix = (ox0 + p) * SW - PL + kx * DW;
         if (inside) {
-          base[p] = 4 * src_idx(b, iy, ix, 0);
+          base[p] = SRC_BASE(b, iy, ix);
           mask[p] = 1.0f;
         } else {  // pixels past dst_W (the last block's) read a clamped pixel and are not written
-          base[p] = 4 * src_idx(b, iy, clamp(ix, 0, src_W - 1), 0);
+          base[p] = SRC_BASE(b, iy, clamp(ix, 0, src_W - 1));
           mask[p] = ix >= 0 && ix < src_W ? 1.0f : 0.0f;
         }
       }
@@ -45,7 +54,7 @@ __attribute__((always_inline)) inline void conv_block(int b, int blk, int oy, in
       for (int s = FIRST_SLICE(blk); s < FIRST_SLICE(blk) + IN_SLICES; s++, wi += 4 * BLOCK_S) {
 #pragma unroll
         for (int p = 0; p < BLOCK_X; p++) {
-          long i = (long)base[p] + (long)(4 * SRC_PLANE) * s;  // 64-bit: no sign extension per load
+          long i = (long)base[p] + (long)SRC_STEP * s;  // 64-bit: no sign extension per load
           acc[p] = wide_step(acc[p], i, mask[p], s, wi BUFS);
         }
       }

@@ -16,6 +16,14 @@
 #define WIDE_PAIRS (BLOCK_S != 8 && !GD_AVX2_ONLY)
 // @include opencl/conv_wide.inc.cl
 #define SRC_PLANE (src_H * src_W)
+// SRC_DENSE: the input is the host's dense floats (lowering/dense_inputs.py), a pixel's channels side by side
+#if SRC_DENSE
+#define SRC_BASE(n) (src_C * (n))
+#define SRC_STEP 4
+#else
+#define SRC_BASE(n) (4 * (((n) / SRC_PLANE) * src_S * SRC_PLANE + (n) % SRC_PLANE))
+#define SRC_STEP (4 * SRC_PLANE)
+#endif
 #define CHUNK (BLOCK_X < 4 ? BLOCK_X : 4)
 #define DST_PLANE (dst_H * dst_W)
 
@@ -36,13 +44,13 @@ for (int p0 = pb * BLOCK_X; p0 < (pb + 1) * BLOCK_X; p0 += CHUNK) {
   for (int p = 0; p < CHUNK; p++) {
     acc[p] = WIDE_ZERO;
     int n = min(p0 + p, src_B * SRC_PLANE - 1);  // a pixel past the end recomputes the last one, unwritten
-    base[p] = 4 * ((n / SRC_PLANE) * src_S * SRC_PLANE + n % SRC_PLANE);
+    base[p] = SRC_BASE(n);
   }
   int wi = blk * src_S * 4 * BLOCK_S;
   for (int s = 0; s < src_S; s++, wi += 4 * BLOCK_S) {
 #pragma unroll
     for (int p = 0; p < CHUNK; p++) {
-      long i = (long)base[p] + (long)(4 * SRC_PLANE) * s;  // 64-bit: no sign extension per load
+      long i = (long)base[p] + (long)SRC_STEP * s;  // 64-bit: no sign extension per load
       acc[p] = wide_step(acc[p], i, 1.0f, s, wi BUFS);
     }
   }
