@@ -283,6 +283,48 @@ def test_inputs_read_dense_by_convolutions(backend):
                            if backend == "cl" else [])
 
 
+def test_input_scale_and_shift_folded_into_the_convolution(backend):
+    """On OpenCL a float convolution's input scaled and shifted by constants (an image model's preprocessing: MUL, ADD,
+    SUB, DIV by a scalar or per channel) is folded into its weights and bias, its padding reading the value the
+    steps map to 0 (lowering/fuse_input_affine.py): SAME padding of 3 channels with one padding value each, of 6 with
+    one for all, a constant minus the input, a 1x1 convolution. Declined: a step with an activation, a step whose
+    output leaves the partition, a convolution that pads 6 channels of different padding values. GL runs the steps."""
+    for fp16 in (False, True):
+        b = Builder()
+        img = b.input("img", [1, 13, 11, 3])
+        b.op("MUL", [img, b.const(np.float32(1 / 127.5))], "img_scaled", [1, 13, 11, 3], output=False)
+        b.op("ADD", ["img_scaled", b.const(np.array([-1.0, 0.5, 2.0], np.float32))], "img_shifted", [1, 13, 11, 3],
+             output=False)
+        conv(b, "img_shifted", "img_conv", 3, (13, 11), 16, (3, 3), 2, "SAME", n=1, act="RELU6")
+        x = b.input("x", [2, 9, 7, 6])
+        b.op("SUB", [x, b.const(np.float32(0.25))], "x_centred", [2, 9, 7, 6], output=False)
+        b.op("DIV", ["x_centred", b.const(np.float32(0.5))], "x_scaled", [2, 9, 7, 6], output=False)
+        conv(b, "x_scaled", "x_conv", 6, (9, 7), 5, (3, 3), 1, "SAME")
+        b.op("SUB", [b.const(np.float32(3.0)), x], "x_flipped", [2, 9, 7, 6], output=False)
+        b.op("MUL", ["x_flipped", b.const(np.linspace(0.5, 2.0, 6).astype(np.float32))], "x_weighted", [2, 9, 7, 6],
+             output=False)
+        conv(b, "x_weighted", "x_1x1", 6, (9, 7), 7, (1, 1), 1, "VALID")
+        y = b.input("y", [1, 8, 8, 6])
+        b.op("ADD", [y, b.const(np.linspace(-1.0, 1.0, 6).astype(np.float32))], "y_shifted", [1, 8, 8, 6], output=False)
+        conv(b, "y_shifted", "y_conv", 6, (8, 8), 4, (3, 3), 1, "SAME", n=1)
+        b.op("ADD", [y, b.const(np.float32(1.0))], "y_relu", [1, 8, 8, 6], output=False,
+             fused_activation_function="RELU")
+        conv(b, "y_relu", "y_relu_conv", 6, (8, 8), 4, (3, 3), 1, "VALID", n=1)
+        b.op("MUL", [y, b.const(np.float32(2.0))], "y_doubled", [1, 8, 8, 6])
+        conv(b, "y_doubled", "y_doubled_conv", 6, (8, 8), 4, (3, 3), 1, "VALID", n=1)
+        it = check_float(b, backend, fp16)
+        plan = plan_of(it)
+        folded = sorted(b.mb.tensors[c.outputs["dst"]]["name"] for c in plan.kernels if c.kernel.startswith("conv2d")
+                        and any(f"into the weights of node {c.node} " in n for n in plan.notes))
+        assert folded == (["img_conv", "x_1x1", "x_conv"] if backend == "cl" else []), plan.notes
+        padded = {b.mb.tensors[c.outputs["dst"]]["name"]: [c.defines[f"PADV{k}"] for k in range(3)]
+                  for c in plan.kernels if c.defines.get("SRC_PAD")}
+        if backend == "cl":
+            np.testing.assert_allclose(padded.pop("img_conv"), [127.5, -63.75, -255.0], rtol=1e-6)
+            np.testing.assert_allclose(padded.pop("x_conv"), [0.25] * 3, rtol=1e-6)
+        assert not padded
+
+
 def test_fp16_storage(backend):
     b = Builder()
     chain(b)

@@ -4,6 +4,8 @@
     fuse_index_wrap   Keras' wrap of negative indices (SELECT, LESS, ADD) read by the GATHER it feeds
     drop_reshape      reshapes that are no-ops in PHWC4 share their input's buffer
     merge_pad         a zero PAD of H/W folded into the VALID conv that reads it
+    fuse_input_affine  a float convolution's input scaled and shifted by constants: into its weights, bias and
+                      padding value (OpenCL)
     fuse_layer_norm   a LayerNormalization chain over the channels as one kernel (float, or 8-bit with its roundings)
     fuse_matmul_transpose  TRANSPOSEs (and RESHAPEs of the channels) around a BATCH_MATMUL read / written through its
                       strides

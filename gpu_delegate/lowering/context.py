@@ -101,6 +101,11 @@ class LowerContext:
         SOFTMAX(output * scale, beta) into ``view.final`` of it (a MUL and a SOFTMAX that a pass dropped), else None."""
         return self.view.softmax_after.get(node.index)
 
+    def input_affine(self, node: Node) -> tuple[np.ndarray, np.ndarray] | None:
+        """(scale, shift) per input channel when the node (a CONV_2D) is to read scale * input + shift, the steps that
+        computed it dropped (fuse_input_affine.py), else None."""
+        return self.view.input_affine.get(node.index)
+
     def wraps_indices(self, node: Node) -> bool:
         """Whether the node (a GATHER) adds the gathered axis' size to a negative index, as the nodes a pass dropped
         did before it (fuse_index_wrap.py)."""

@@ -77,6 +77,8 @@ def _why_not(view: PartitionView, n: int, names: dict[int, set[int]]) -> str:
         return "not a 1x1 convolution at stride 1"
     if view.postops.get(n):
         return "an elementwise step is fused into it"
+    if n in view.input_affine:
+        return "it reads its input scaled and shifted (fuse_input_affine.py)"
     if out in view.inputs or out in view.outputs:
         return "its output crosses the partition's boundary"
     if out in names or out in view.aliases or out in view.placed or any(p == out for p, _ in view.placed.values()):

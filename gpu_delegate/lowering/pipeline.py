@@ -14,6 +14,7 @@ from . import (
     fuse_channel_scale,
     fuse_elementwise,
     fuse_index_wrap,
+    fuse_input_affine,
     fuse_layer_norm,
     fuse_matmul_softmax,
     fuse_matmul_transpose,
@@ -42,7 +43,8 @@ def build_plan(graph: Graph, nodes: list[int], inputs: list[int], outputs: list[
                          list(outputs), ops=dict(ops))
     ctx = LowerContext(view, device_type, max_buffers, api, vector_width, int8_dot, quantized)
     results: list[PassResult] = [fold_constants.run(view), fuse_repeat.run(view), fuse_index_wrap.run(view),
-                                 drop_reshape.run(view), merge_pad.run(view), fuse_layer_norm.run(view, quantized),
+                                 drop_reshape.run(view), merge_pad.run(view), fuse_input_affine.run(view, api),
+                                 fuse_layer_norm.run(view, quantized),
                                  fuse_matmul_transpose.run(view),
                                  fuse_matmul_softmax.run(view, quantized), pad_channels.run(view),
                                  fuse_elementwise.run(view, quantized, ctx.operand_const, ctx.table_const)]

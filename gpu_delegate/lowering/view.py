@@ -41,6 +41,9 @@ class PartitionView:
     # node -> its scores' scale, beta (and 8-bit roundings): the node's output 0 goes through MUL by scale and
     # SOFTMAX(beta) in the node's own kernel, into final(output), the MUL and the SOFTMAX dropped
     softmax_after: dict[int, SoftmaxAfter] = field(default_factory=dict)
+    # CONV_2D node -> (scale, shift) per input channel: it reads scale * x + shift, the MULs, ADDs, SUBs and DIVs by
+    # constants that computed it from x (its read_as) dropped (fuse_input_affine.py)
+    input_affine: dict[int, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
     # GATHER nodes that add the gathered axis' size to a negative index (a SELECT, a LESS and an ADD dropped)
     wrapped_indices: set[int] = field(default_factory=set)
     extra_padding: dict[int, tuple[int, int, int, int]] = field(default_factory=dict)  # node -> t, b, l, r

@@ -753,14 +753,16 @@ def blocks_inner(pixels: int, src_slices: int, dst_slices: int, blocks: int) -> 
 
 def emit_conv(ctx: LowerContext, node: Node, src: int, dst: int, bias: int | tuple[str, Callable[[], np.ndarray]],
               w_key: str, weights: Callable[[], np.ndarray], kernel_hw: tuple[int, int], stride: tuple[int, int],
-              dilation: tuple[int, int], pads: tuple[int, int], act: int, groups: int = 1) -> None:
+              dilation: tuple[int, int], pads: tuple[int, int], act: int, groups: int = 1,
+              src_pad: tuple[float, ...] | None = None) -> None:
     """A convolution through kernels/dialect/conv2d.dialect, or conv2d_1x1.dialect for a 1x1 window at stride 1 without
     padding: that one numbers pixels across the batch, which also serves a FULLY_CONNECTED whose rows are
     pixels (src and dst then differ in shape but not in pixel count). ``weights()`` gives the filter
     [O, KH, KW, I / groups]; its layout is keyed by ``w_key`` and the blocking. ``groups`` > 1: a grouped convolution
     of whole slices (input and output channels a group multiples of 4; not a flat one), each block of output slices
     reading its group's input slices only. ``bias``: a constant tensor, -1 for none, or (key, the values) where no
-    one tensor holds them."""
+    one tensor holds them. ``src_pad``: the value of each input channel (one for all, or up to 4) that the padding
+    reads instead of 0 (emit_affine_conv)."""
     b, h, w, c = ctx.bhwc(src)
     ob, oh, ow, oc = ctx.bhwc(dst)
     (kh, kw), (sh, sw), (dh, dw), (pt, pl) = kernel_hw, stride, dilation, pads
@@ -794,6 +796,9 @@ def emit_conv(ctx: LowerContext, node: Node, src: int, dst: int, bias: int | tup
     masked = pt > 0 or pl > 0 or (oh - 1) * sh - pt + (kh - 1) * dh >= h or (ow - 1) * sw - pl + (kw - 1) * dw >= w
     defines.update({"KH": kh, "KW": kw, "SH": sh, "SW": sw, "DH": dh, "DW": dw, "PT": pt, "PL": pl,
                     "DST_BLOCKS": blocks, "MASKED": int(masked), "GROUPED": int(groups > 1)})
+    if masked and src_pad is not None and any(v != 0.0 for v in src_pad):
+        lanes = src_pad if len(src_pad) <= 4 else src_pad[:1]  # more channels: one value for all (the pass checked)
+        defines.update({"SRC_PAD": 1, **{f"PADV{k}": float(lanes[min(k, len(lanes) - 1)]) for k in range(4)}})
     if groups > 1:
         defines.update({"GROUP_S": slices(c // groups), "GROUP_BLOCKS": group_slices // block_s})
     ctx.kernel("conv2d", {"src": src}, {"dst": dst}, consts, defines, (-(-ow // block_x), oh, ob * blocks),
@@ -846,9 +851,32 @@ def lower_conv2d(node: Node, ctx: LowerContext) -> None:
         return
     if groups == 1 and ctx.int8_dot and emit_conv_int8(ctx, node, src, dst, wt, bias, (sh, sw), (dh, dw), pads):
         return
+    affine = ctx.input_affine(node)
+    if affine is not None:
+        emit_affine_conv(ctx, node, src, dst, wt, bias, affine, (kh, kw), (sh, sw), (dh, dw), pads)
+        return
     emit_conv(ctx, node, src, dst, bias, f"conv_w:{wt}:{groups}",
               lambda: dense_filter(ctx.const_value(node, wt), groups), (kh, kw), (sh, sw), (dh, dw), pads,
               activation(node))
+
+
+def emit_affine_conv(ctx: LowerContext, node: Node, src: int, dst: int, wt: int, bias: int,
+                     affine: tuple[np.ndarray, np.ndarray], kernel_hw: tuple[int, int], stride: tuple[int, int],
+                     dilation: tuple[int, int], pads: tuple[int, int]) -> None:
+    """A CONV_2D of one group that reads scale * src + shift (per input channel; lowering/fuse_input_affine.py):
+    weights times the scale, bias plus the weights times the shift, the padding read as -shift / scale."""
+    scale, shift = affine
+
+    def weights() -> np.ndarray:
+        return (ctx.const_value(node, wt).astype(np.float64) * scale).astype(np.float32)
+
+    def bias_values() -> np.ndarray:
+        w = ctx.const_value(node, wt).astype(np.float64)
+        b = ctx.const_value(node, bias).astype(np.float64) if bias >= 0 else np.zeros(w.shape[0])
+        return (b + (w * shift).sum(axis=(1, 2, 3))).astype(np.float32)
+
+    emit_conv(ctx, node, src, dst, (f"affine_conv_bias:{node.index}", bias_values), f"affine_conv_w:{node.index}",
+              weights, kernel_hw, stride, dilation, pads, activation(node), src_pad=tuple(-shift / scale))
 
 
 # An 8-bit CONV_2D on a device with integer dot products (LowerContext.int8_dot: x86 VNNI or AVX2 under PoCL) runs as

@@ -35,7 +35,13 @@ __attribute__((always_inline)) inline void conv_block(int b, int blk, int oy, in
   }
   for (int ky = 0; ky < KH; ky++) {
     int iy = oy * SH - PT + ky * DH;
+#if SRC_PAD  // a row of padding adds its value times the weights: read a clamped row, masked
+    float row = iy >= 0 && iy < src_H ? 1.0f : 0.0f;
+    if (!inside) iy = clamp(iy, 0, src_H - 1);
+#else
+    const float row = 1.0f;
     if (!inside && (iy < 0 || iy >= src_H)) continue;  // a row of zero padding adds nothing
+#endif
     for (int kx = 0; kx < KW; kx++) {
       int base[BLOCK_X];  // float index of each pixel's tap in slice 0 (SRC_BASE)
       float mask[BLOCK_X];
@@ -47,7 +53,7 @@ __attribute__((always_inline)) inline void conv_block(int b, int blk, int oy, in
           mask[p] = 1.0f;
         } else {  // pixels past dst_W (the last block's) read a clamped pixel and are not written
           base[p] = SRC_BASE(b, iy, clamp(ix, 0, src_W - 1));
-          mask[p] = ix >= 0 && ix < src_W ? 1.0f : 0.0f;
+          mask[p] = ix >= 0 && ix < src_W ? row : 0.0f;
         }
       }
       int wi = ((blk * KH + ky) * KW + kx) * IN_SLICES * 4 * BLOCK_S;

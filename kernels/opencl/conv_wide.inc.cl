@@ -8,9 +8,9 @@
 // 4 pixels then has 8 independent chains of multiply-adds, as many as two FMA units of 4 cycles' latency keep
 // busy. With one sum a pixel, the 1x1 convolutions ran 4-11% slower (PoCL, AVX-512); the 3x3 convolutions ran
 // 2.5% faster with one (ResNet50), their window's taps giving the core other work.
-// wide_step(acc, i, m, s, wi): acc plus input slice s of one pixel (its 4 floats from float index i on, times
-// m) against the weight rows of those 4 input channels from row wi on; lanes past src_C (zero in a partial
-// last slice) are skipped. The weight rows are read per call: the compiler keeps one load for all pixels.
+// wide_step(acc, i, m, s, wi): acc plus input slice s of one pixel (its 4 floats from float index i on, masked
+// by m: PADDED_LANE) against the weight rows of those 4 input channels from row wi on; lanes past src_C (zero in a
+// partial last slice) are skipped. The weight rows are read per call: the compiler keeps one load for all pixels.
 // conv_store_wide(v, base, os): bias, fused activation, the output's post-ops and the stores of one pixel's
 // accumulator v, output slices os .. os + BLOCK_S - 1 (those past dst_S left out); base is the pixel's
 // vec4 index at slice 0. At BLOCK_S 4 and 8 the post-ops run on each float16 (conv_store.inc.cl).
@@ -93,15 +93,24 @@ typedef struct { ACCV even, odd; } WIDE_ACC;
 #define SRC_LANE(x4, i, k) src_read1((i) + (k))
 #endif
 
+// PADDED_LANE(x, m, k): input value x of lane k where m is 1, what the padding reads where m is 0: 0, or under SRC_PAD
+// (lowering/fuse_input_affine.py) PADV<k>, which the folded scale and shift map to 0. A call with m the constant 1 is
+// x itself either way.
+#if SRC_PAD
+#define PADDED_LANE(x, m, k) ((m) != 0.0f ? (x) : PADV##k)
+#else
+#define PADDED_LANE(x, m, k) ((x) * (m))
+#endif
+
 __attribute__((always_inline)) inline WIDE_ACC wide_step(WIDE_ACC acc, long i, float m, int s, int wi BUFS_DECL) {
   SRC_LANES(x4, i)
-  V_FMA(WIDE_EVEN(acc), SRC_LANE(x4, i, 0) * m, SCALED_ROWS(wi, s, 0))
+  V_FMA(WIDE_EVEN(acc), PADDED_LANE(SRC_LANE(x4, i, 0), m, 0), SCALED_ROWS(wi, s, 0))
   if (LANE_USED(s, 1))
-    V_FMA(WIDE_ODD(acc), SRC_LANE(x4, i, 1) * m, SCALED_ROWS(wi + BLOCK_S, s, 1))
+    V_FMA(WIDE_ODD(acc), PADDED_LANE(SRC_LANE(x4, i, 1), m, 1), SCALED_ROWS(wi + BLOCK_S, s, 1))
   if (LANE_USED(s, 2))
-    V_FMA(WIDE_EVEN(acc), SRC_LANE(x4, i, 2) * m, SCALED_ROWS(wi + 2 * BLOCK_S, s, 2))
+    V_FMA(WIDE_EVEN(acc), PADDED_LANE(SRC_LANE(x4, i, 2), m, 2), SCALED_ROWS(wi + 2 * BLOCK_S, s, 2))
   if (LANE_USED(s, 3))
-    V_FMA(WIDE_ODD(acc), SRC_LANE(x4, i, 3) * m, SCALED_ROWS(wi + 3 * BLOCK_S, s, 3))
+    V_FMA(WIDE_ODD(acc), PADDED_LANE(SRC_LANE(x4, i, 3), m, 3), SCALED_ROWS(wi + 3 * BLOCK_S, s, 3))
   return acc;
 }
 
