@@ -19,7 +19,7 @@ import numpy as np
 import gpu_delegate as gd
 from gpu_delegate.tflite.writer import ModelBuilder
 
-from .reference import assert_float_close, assert_quant_close, plan_of, run, run_litert
+from .reference import assert_float_close, assert_quant_close, on_cpu_opencl, plan_of, run, run_litert
 from .reference import shared_delegate as delegate
 
 I32 = np.int32
@@ -251,11 +251,12 @@ def test_causal_conv1d_pads_merged(backend):
     assert sum(n.startswith("merged") for n in plan_notes(it)) == 3, plan_notes(it)
 
 
-def test_inputs_read_dense_by_convolutions(backend):
+def test_inputs_read_dense(backend):
     """On OpenCL an input that convolutions alone read is written as the host has it and read in that dense order
     (lowering/dense_inputs.py): channels past a slice (5, batch 2), a reshape dropped before it (an audio model's
-    [1, T, 1]), grouped slices, a 1x1 convolution and a FULLY_CONNECTED; fp16 storage around it. An input that
-    an ADD also reads stays PHWC4. GL converts them all."""
+    [1, T, 1]), grouped slices, a 1x1 convolution and a FULLY_CONNECTED; fp16 storage around it. On a CPU's OpenCL
+    an elementwise op's copy kernel reads one so too (4 pixels at a time, a row's last 2 one by one). An input that
+    an ADD reads twice (the copy's source and its post-op's operand) stays PHWC4. GL converts them all."""
     for fp16 in (False, True):
         b = Builder()
         x = b.input("x", [2, 9, 11, 5])
@@ -274,13 +275,16 @@ def test_inputs_read_dense_by_convolutions(backend):
         y = b.input("y", [1, 7, 6, 8])
         conv(b, y, "y_1x1", 8, (7, 6), 5, (1, 1), 1, "VALID", n=1)
         b.op("ADD", [y, y], "y_twice", [1, 7, 6, 8])
+        e = b.input("e", [2, 5, 10, 6])
+        b.op("MUL", [e, b.const(np.float32(-2.5))], "e_scaled", [2, 5, 10, 6], fused_activation_function="RELU")
         it = check_float(b, backend, fp16)
         plan = plan_of(it)
+        copies = ["e"] if on_cpu_opencl(backend) else []
         dense = sorted(b.mb.tensors[t]["name"] for t in plan.dense)
-        assert dense == (["audio", "f", "g", "x"] if backend == "cl" else []), plan.notes
+        assert dense == (sorted(["audio", "f", "g", "x", *copies]) if backend == "cl" else []), plan.notes
         readers = sorted(b.mb.tensors[c.outputs["dst"]]["name"] for c in plan.kernels if c.defines.get("SRC_DENSE"))
-        assert readers == (["audio_conv", "f_fc", "g_grouped", "x_1x1", "x_3x3_relu", "x_3x3_s2"]
-                           if backend == "cl" else [])
+        assert readers == (sorted(["audio_conv", "f_fc", "g_grouped", "x_1x1", "x_3x3_relu", "x_3x3_s2",
+                                   *(f"{t}_scaled" for t in copies)]) if backend == "cl" else [])
 
 
 def test_input_scale_and_shift_folded_into_the_convolution(backend):

@@ -24,8 +24,8 @@ from ..graph import Graph
 from .plan import Plan
 from .view import PassResult
 
-# the kernels/opencl/ convolutions that read a dense ``src`` under SRC_DENSE
-DENSE_READERS = ("conv2d", "conv2d_1x1")
+# the kernels/opencl/ kernels that read a dense ``src`` under SRC_DENSE
+DENSE_READERS = ("conv2d", "conv2d_1x1", "copy")
 
 
 def run(plan: Plan, graph: Graph, api: str) -> PassResult:

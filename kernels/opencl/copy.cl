@@ -4,16 +4,33 @@
 // divides 16 values at a time). Grid (ceil(W / 4), H, B * S) of dst; a row's last work item of fewer than 4 pixels
 // takes them one by one. PoCL, a plan's copies each alone: DenseNet121 int8 2.50 -> 1.85 ms, fp32 1.31 -> 1.20,
 // EfficientNetB0 int8 0.65 -> 0.55; whole plans in one process: DenseNet121 int8 0.97x, MobileNetV3Large int8 0.93x.
+// SRC_DENSE: src is the host's dense floats (lowering/dense_inputs.py): lane k of pixel n's slice s at
+// src_C * n + 4 s + k, 0 past src_C (the conversion kernel this replaces, fused into the copy)
 // @runtime_channels
+#if SRC_DENSE
+__attribute__((always_inline)) inline float4 dense_vec4(int n, int s BUFS_DECL) {
+  int c = 4 * s;
+  int j = src_C * n + c;
+  return (float4)(src_read1(j), c + 1 < src_C ? src_read1(j + 1) : 0.0f, c + 2 < src_C ? src_read1(j + 2) : 0.0f,
+                  c + 3 < src_C ? src_read1(j + 3) : 0.0f);
+}
+#define SRC_VEC4(i, n) dense_vec4((n), s BUFS)
+#define SRC_VEC16(i, n) ((float16)(SRC_VEC4(i, n), SRC_VEC4(i, (n) + 1), SRC_VEC4(i, (n) + 2), SRC_VEC4(i, (n) + 3)))
+#else
+#define SRC_VEC4(i, n) src_read(i)
+#define SRC_VEC16(i, n) src_read16(i)
+#endif
+// @body
 int b = dst_B == 1 ? 0 : GID_Z / dst_S;
 int s = dst_B == 1 ? GID_Z : GID_Z % dst_S;
 int x0 = 4 * GID_X;
 int i = dst_idx(b, GID_Y, x0, s);
+int n = (b * dst_H + GID_Y) * dst_W + x0;  // the first pixel's index (SRC_DENSE)
 if (x0 + 3 < dst_W) {
-  float16 v = dst_finish16(src_read16(i), (int4)(i) + (int4)(0, 1, 2, 3) BUFS);
+  float16 v = dst_finish16(SRC_VEC16(i, n), (int4)(i) + (int4)(0, 1, 2, 3) BUFS);
   dst_store16((int4)(i) + (int4)(0, 1, 2, 3), v, 4);
 } else {
   for (int k = 0; x0 + k < dst_W; k++) {
-    dst_write(i + k, src_read(i + k));
+    dst_write(i + k, SRC_VEC4(i + k, n + k));
   }
 }
