@@ -354,6 +354,13 @@ def test_transpose_conv(backend):
         sh, sw = stride if isinstance(stride, tuple) else (stride, stride)
         b.op("TRANSPOSE_CONV", ins, name, [2, *out_hw, cout], padding=padding, stride_h=sh, stride_w=sw,
              version=4 if act else 3 if bias else 1, **opts)
+    # rows wide enough for OpenCL's work items whose 4 pixels read only columns inside the input (no masks), beside
+    # the edge ones, at both phases and every padding a window of 3-5 gets
+    wide = b.input("wide", [1, 3, 16, 6])
+    for k in (3, 4, 5):
+        name = f"wide_t{k}_s2_same"
+        ins = [b.const(np.array([1, 6, 32, 8], I32)), b.weights([8, k, k, 6]), wide, b.weights([8])]
+        b.op("TRANSPOSE_CONV", ins, name, [1, 6, 32, 8], padding="SAME", stride_h=2, stride_w=2, version=3)
     check_float(b, backend)
 
 
