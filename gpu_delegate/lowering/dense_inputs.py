@@ -41,6 +41,8 @@ def run(plan: Plan, graph: Graph, api: str) -> PassResult:
         readers = [call for call in plan.kernels if plan.storage(call.inputs.get("src", -1)) == t]
         for call in readers:
             call.defines["SRC_DENSE"] = 1
+            if call.variants.get("opencl") == "copy":  # whose channel counts are run-time values
+                call.defines["DENSE_C"] = plan.tensors[t][3]
         plan.dense.add(t)
         plan.fp32_tensors.add(t)
         result.applied.append(f"input {t}: read in the dense order by {', '.join(c.label for c in readers)}")

@@ -5,17 +5,29 @@
 // takes them one by one. PoCL, a plan's copies each alone: DenseNet121 int8 2.50 -> 1.85 ms, fp32 1.31 -> 1.20,
 // EfficientNetB0 int8 0.65 -> 0.55; whole plans in one process: DenseNet121 int8 0.97x, MobileNetV3Large int8 0.93x.
 // SRC_DENSE: src is the host's dense floats (lowering/dense_inputs.py): lane k of pixel n's slice s at
-// src_C * n + 4 s + k, 0 past src_C (the conversion kernel this replaces, fused into the copy)
+// DENSE_C * n + 4 s + k, 0 past DENSE_C, its channel count as a constant (src_C is a run-time value here), which
+// picks an RGB image's loads at compile time
 // @runtime_channels
 #if SRC_DENSE
 __attribute__((always_inline)) inline float4 dense_vec4(int n, int s BUFS_DECL) {
   int c = 4 * s;
-  int j = src_C * n + c;
-  return (float4)(src_read1(j), c + 1 < src_C ? src_read1(j + 1) : 0.0f, c + 2 < src_C ? src_read1(j + 2) : 0.0f,
-                  c + 3 < src_C ? src_read1(j + 3) : 0.0f);
+  int j = DENSE_C * n + c;
+  return (float4)(src_read1(j), c + 1 < DENSE_C ? src_read1(j + 1) : 0.0f, c + 2 < DENSE_C ? src_read1(j + 2) : 0.0f,
+                  c + 3 < DENSE_C ? src_read1(j + 3) : 0.0f);
 }
 #define SRC_VEC4(i, n) dense_vec4((n), s BUFS)
+#if DENSE_C == 3  // an RGB image: 4 pixels are 12 consecutive floats, two loads (MobileNetV1 int8's 224x224 input
+                  // quantized: 100 -> 84 us; the conversion and copy before dense inputs: 123)
+__attribute__((always_inline)) inline float16 dense_rgb16(int n BUFS_DECL) {
+  __global const float* p = (__global const float*)src_buf + 3 * n;
+  float8 a = vload8(0, p);
+  float4 b = vload4(0, p + 8);
+  return (float16)(a.s012, 0.0f, a.s345, 0.0f, a.s67, b.s0, 0.0f, b.s123, 0.0f);
+}
+#define SRC_VEC16(i, n) dense_rgb16((n) BUFS)
+#else
 #define SRC_VEC16(i, n) ((float16)(SRC_VEC4(i, n), SRC_VEC4(i, (n) + 1), SRC_VEC4(i, (n) + 2), SRC_VEC4(i, (n) + 3)))
+#endif
 #else
 #define SRC_VEC4(i, n) src_read(i)
 #define SRC_VEC16(i, n) src_read16(i)
