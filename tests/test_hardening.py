@@ -23,7 +23,7 @@ import gpu_delegate as gd
 from gpu_delegate import cache as cache_mod
 from gpu_delegate.tflite import ModelBuilder
 
-from .reference import assert_float_close, run, run_litert, runner_of
+from .reference import assert_float_close, on_cpu_opencl, run, run_litert, runner_of
 
 ROOT = Path(__file__).resolve().parents[1]
 SHAPE = [1, 6, 5, 7]
@@ -478,7 +478,9 @@ def test_a_long_fused_chain_compiles_as_a_few_short_programs(backend):
     runner = plan_of(it)
     assert max(len(k.postops) for k in runner.plan.kernels) <= 64
     assert sum(len(k.postops) for k in runner.plan.kernels) == n
-    assert len({p.source for p in runner.programs}) <= 2  # the full runs are one source, a last, shorter run another
+    # the full runs are one source, a last, shorter run another; on a CPU's OpenCL the first run reads the input as
+    # the host wrote it (lowering/dense_inputs.py): a third
+    assert len({p.source for p in runner.programs}) <= (3 if on_cpu_opencl(backend) else 2)
 
 
 # -- bench/fuzz.py's hostile seeds and cache attacks ---------------------------------------------------------------

@@ -486,6 +486,16 @@ def test_no_backend_auto_falls_back_explicit_raises(monkeypatch):
             gd.GpuDelegate(backend=kind)
 
 
+def refuse_compiles(monkeypatch, backend) -> None:
+    """The backend's driver refuses every program: a kernel alone (``compile``) or a partition's bundle
+    (``compile_all``), whatever programs the process built before."""
+    def refuse(*args, **kwargs):
+        raise gd.DelegateError(f"{backend.name}: a program failed to compile: (simulated)")
+
+    monkeypatch.setattr(backend, "compile", refuse)
+    monkeypatch.setattr(backend, "compile_all", refuse)
+
+
 @pytest.mark.parametrize("failure", ["compile", "alloc"])
 @pytest.mark.parametrize("requested", ["explicit", "auto"])
 def test_a_device_that_fails_to_prepare(backend, requested, failure, monkeypatch, one_device):
@@ -506,10 +516,7 @@ def test_a_device_that_fails_to_prepare(backend, requested, failure, monkeypatch
     assert d.backend_name == backend
     be = d.backend
     if failure == "compile":
-        def refuse(spec, binary=None):
-            raise gd.DelegateError(f"{be.name}: kernel {spec.name} failed to compile: (simulated)")
-
-        monkeypatch.setattr(be, "compile", refuse)
+        refuse_compiles(monkeypatch, be)
     else:
         real_alloc, made = be.alloc, []
 
@@ -566,16 +573,13 @@ def test_a_device_that_fails_inside_litert(monkeypatch, one_device):
     if d.backend is None:
         pytest.skip("no GPU backend")
 
-    def refuse(spec, binary=None):
-        raise gd.DelegateError(f"kernel {spec.name} failed to compile (simulated)")
-
-    monkeypatch.setattr(d.backend, "compile", refuse)
+    refuse_compiles(monkeypatch, d.backend)
     it = litert.Interpreter(model_content=small_model(), experimental_delegates=[d])
     it.allocate_tensors()
     x = make_input(15)
     check(run(it, x), x, "LiteRT with a failing device")
     explicit = gd.GpuDelegate(backend=d.backend_name)
-    monkeypatch.setattr(explicit.backend, "compile", refuse)
+    refuse_compiles(monkeypatch, explicit.backend)
     with pytest.raises((RuntimeError, ValueError), match="cannot run nodes 0-4: .*simulated"):
         it = litert.Interpreter(model_content=small_model(), experimental_delegates=[explicit])
         it.allocate_tensors()
