@@ -277,11 +277,11 @@ def test_inputs_read_dense(backend):
         b.op("ADD", [y, y], "y_twice", [1, 7, 6, 8])
         e = b.input("e", [2, 5, 10, 6])
         b.op("MUL", [e, b.const(np.float32(-2.5))], "e_scaled", [2, 5, 10, 6], fused_activation_function="RELU")
-        rgb = b.input("rgb", [2, 3, 9, 3])  # 4 pixels of 3 channels: two loads (opencl/copy.cl dense_rgb16)
-        b.op("MUL", [rgb, b.const(np.float32(0.5))], "rgb_scaled", [2, 3, 9, 3])
+        for name, c in (("mono", 1), ("pair", 2), ("rgb", 3)):  # 4 pixels in one or two loads (copy.cl dense16)
+            b.op("MUL", [b.input(name, [2, 3, 9, c]), b.const(np.float32(0.5))], f"{name}_scaled", [2, 3, 9, c])
         it = check_float(b, backend, fp16)
         plan = plan_of(it)
-        copies = ["e", "rgb"] if on_cpu_opencl(backend) else []
+        copies = ["e", "mono", "pair", "rgb"] if on_cpu_opencl(backend) else []
         dense = sorted(b.mb.tensors[t]["name"] for t in plan.dense)
         assert dense == (sorted(["audio", "f", "g", "x", *copies]) if backend == "cl" else []), plan.notes
         readers = sorted(b.mb.tensors[c.outputs["dst"]]["name"] for c in plan.kernels if c.defines.get("SRC_DENSE"))

@@ -16,15 +16,25 @@ __attribute__((always_inline)) inline float4 dense_vec4(int n, int s BUFS_DECL) 
                   c + 3 < DENSE_C ? src_read1(j + 3) : 0.0f);
 }
 #define SRC_VEC4(i, n) dense_vec4((n), s BUFS)
-#if DENSE_C == 3  // an RGB image: 4 pixels are 12 consecutive floats, two loads (MobileNetV1 int8's 224x224 input
-                  // quantized: 100 -> 84 us; the conversion and copy before dense inputs: 123)
-__attribute__((always_inline)) inline float16 dense_rgb16(int n BUFS_DECL) {
-  __global const float* p = (__global const float*)src_buf + 3 * n;
+#if DENSE_C <= 4  // one slice: 4 pixels are 4 DENSE_C consecutive floats, read in one or two loads (an RGB image:
+                  // MobileNetV1 int8's 224x224 input quantized 100 -> 84 us; the conversion and copy before: 123)
+__attribute__((always_inline)) inline float16 dense16(int n BUFS_DECL) {
+  __global const float* p = (__global const float*)src_buf + DENSE_C * n;
+#if DENSE_C == 1
+  float4 a = vload4(0, p);
+  return (float16)(a.s0, 0.0f, 0.0f, 0.0f, a.s1, 0.0f, 0.0f, 0.0f, a.s2, 0.0f, 0.0f, 0.0f, a.s3, 0.0f, 0.0f, 0.0f);
+#elif DENSE_C == 2
+  float8 a = vload8(0, p);
+  return (float16)(a.s01, 0.0f, 0.0f, a.s23, 0.0f, 0.0f, a.s45, 0.0f, 0.0f, a.s67, 0.0f, 0.0f);
+#elif DENSE_C == 3
   float8 a = vload8(0, p);
   float4 b = vload4(0, p + 8);
   return (float16)(a.s012, 0.0f, a.s345, 0.0f, a.s67, b.s0, 0.0f, b.s123, 0.0f);
+#else
+  return vload16(0, p);
+#endif
 }
-#define SRC_VEC16(i, n) dense_rgb16((n) BUFS)
+#define SRC_VEC16(i, n) dense16((n) BUFS)
 #else
 #define SRC_VEC16(i, n) ((float16)(SRC_VEC4(i, n), SRC_VEC4(i, (n) + 1), SRC_VEC4(i, (n) + 2), SRC_VEC4(i, (n) + 3)))
 #endif
