@@ -42,9 +42,8 @@ def run(view: PartitionView, api: str) -> PassResult:
         if conv.op != "CONV_2D" or c in dropped:
             continue
         ins = view.node_inputs(c)
-        why_not = _conv_why_not(view, ins)
-        if why_not:
-            continue  # not a float convolution of constants: nothing to say about it
+        if not _float_conv_of_constants(view, ins):
+            continue
         channels = int(view.shapes[ins[0]][-1])
         scale, shift = np.ones(channels), np.zeros(channels)
         chain: list[int] = []
@@ -68,7 +67,7 @@ def run(view: PartitionView, api: str) -> PassResult:
             result.declined.append(f"{', '.join(str(graph.nodes[n]) for n in chain)} into {conv}: {why_not}")
             continue
         view.read_as[(c, 0)] = x
-        view.input_affine[c] = (scale.astype(np.float64), shift.astype(np.float64))
+        view.input_affine[c] = (scale, shift)
         for n in chain:
             readers.pop(graph.nodes[n].outputs[0], None)
         readers[x] = [r for r in readers.get(x, []) if r not in chain] + [c]
@@ -78,15 +77,11 @@ def run(view: PartitionView, api: str) -> PassResult:
     return result
 
 
-def _conv_why_not(view: PartitionView, ins: list[int]) -> str:
-    graph = view.graph
-    if graph.tensors[ins[0]].dtype != np.float32 or graph.tensors[ins[0]].quant is not None:
-        return "not float32"
-    if not view.is_const(ins[1]) or (len(ins) > 2 and ins[2] >= 0 and not view.is_const(ins[2])):
-        return "its weights or bias are computed at run time"
-    if view.shapes[ins[1]][-1] != view.shapes[ins[0]][-1]:
-        return "a grouped convolution"
-    return ""
+def _float_conv_of_constants(view: PartitionView, ins: list[int]) -> bool:
+    """Whether a CONV_2D of inputs ``ins`` is a float convolution of one group with constant weights and bias."""
+    x = view.graph.tensors[ins[0]]
+    return x.dtype == np.float32 and x.quant is None and view.is_const(ins[1]) and \
+        (len(ins) < 3 or ins[2] < 0 or view.is_const(ins[2])) and view.shapes[ins[1]][-1] == view.shapes[ins[0]][-1]
 
 
 def _step(view: PartitionView, n: int, out: int, channels: int) -> tuple[np.ndarray, np.ndarray, int] | str:

@@ -797,7 +797,8 @@ def emit_conv(ctx: LowerContext, node: Node, src: int, dst: int, bias: int | tup
     defines.update({"KH": kh, "KW": kw, "SH": sh, "SW": sw, "DH": dh, "DW": dw, "PT": pt, "PL": pl,
                     "DST_BLOCKS": blocks, "MASKED": int(masked), "GROUPED": int(groups > 1)})
     if masked and src_pad is not None and any(v != 0.0 for v in src_pad):
-        lanes = src_pad if len(src_pad) <= 4 else src_pad[:1]  # more channels: one value for all (the pass checked)
+        assert len(src_pad) <= 4 or len(set(src_pad)) == 1, "more than 4 channels of different padding values"
+        lanes = src_pad if len(src_pad) <= 4 else src_pad[:1]
         defines.update({"SRC_PAD": 1, **{f"PADV{k}": float(lanes[min(k, len(lanes) - 1)]) for k in range(4)}})
     if groups > 1:
         defines.update({"GROUP_S": slices(c // groups), "GROUP_BLOCKS": group_slices // block_s})

@@ -8,8 +8,9 @@
 // work item per pixel of float4 steps: the DCGAN generator's three 4.36 -> 2.54 ms, the U-Net's 0.91 -> 0.58, the
 // autoencoder's 0.79 -> 0.57 (one pixel a work item, wide: 4.12 for the DCGAN's).
 // A work item whose 4 pixels lie in the output and read only columns inside the input (all but a row's first and
-// last few) runs without masks, its taps' columns stepped SW apart from the first of its phase (PoCL, AVX2, A/B in
-// one process: the DCGAN generator 2.88 -> 2.41 ms a whole invoke; the U-Net's two layers, each alone, 0.95 -> 0.73).
+// last few) runs without masks (PoCL, AVX2, A/B in one process: the DCGAN generator 2.88 -> 2.41 ms a whole invoke;
+// the U-Net's two layers, each alone, 0.95 -> 0.73). Every work item steps its taps by the strides from the first of
+// its pixels' phase, as dialect/conv_transpose.dialect does.
 
 // @include opencl/conv_wide.inc.cl
 // inside: every pixel of the work item is in the output and every column it reads in the input; both call sites
@@ -24,18 +25,18 @@ __attribute__((always_inline)) inline void tconv_block(int b, int blk, int oy, i
   for (int ky = (oy + PT) % SH; ky < KH; ky += SH) {
     int ty = oy + PT - ky;
     if (ty < 0 || ty / SH >= src_H) continue;
-    for (int kx = inside ? (ox0 + PL) % SW : 0; kx < KW; kx += inside ? SW : 1) {
+    for (int kx = (ox0 + PL) % SW; kx < KW; kx += SW) {
       long base[4];  // float index of each pixel's input pixel's slice 0
       float mask[4];
       bool any = inside;
 #pragma unroll
       for (int k = 0; k < 4; k++) {
-        int tx = ox0 + SW * k + PL - kx;
+        int tx = ox0 + SW * k + PL - kx;  // a multiple of SW: the column tx / SW is in the input or not
         if (inside) {
           base[k] = 4 * (long)src_idx(b, ty / SH, tx / SW, 0);
           mask[k] = 1.0f;
         } else {
-          bool in = tx >= 0 && tx % SW == 0 && tx / SW < src_W;
+          bool in = tx >= 0 && tx < SW * src_W;
           base[k] = 4 * (long)src_idx(b, ty / SH, clamp(tx / SW, 0, src_W - 1), 0);
           mask[k] = in ? 1.0f : 0.0f;
           any = any || in;
