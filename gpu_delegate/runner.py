@@ -32,6 +32,7 @@ from .backends.codegen import (
     load_kernel,
     render_postops,
     runtime_channels,
+    shared_arrays,
 )
 from .backends.compile_worker import CompileWorker, Group, Launch
 from .cache import fingerprint, partition_parts
@@ -90,6 +91,7 @@ def kernel_spec(call: KernelCall, plan: Plan, precision: str,
     source_language, name = call.source(language)
     file_helpers, body = load_kernel(name, source_language)
     generic = runtime_channels(name, source_language)  # None, "" (always) or "crowded"
+    shared = shared_arrays(name, source_language)
     helpers = call.helpers + file_helpers
     args: list[Arg] = []
     binds: list[Bind] = []
@@ -126,7 +128,7 @@ def kernel_spec(call: KernelCall, plan: Plan, precision: str,
     spec = KernelSpec(call.kernel, body, args, call.grid, {**call.defines, **constants}, helpers=helpers,
                       precision=precision, local_size=call.local_size, postop_arg=postop_arg, wide_postop=wide,
                       runtime_channels=generic == "", generic_when_crowded=generic == CROWDED,
-                      constants=(*constants, *call.constants))
+                      constants=(*constants, *call.constants), shared=shared)
     return spec, binds
 
 
@@ -262,12 +264,13 @@ class PlanRunner:
         specs: list[KernelSpec] = []
         self.binds = []
         for call in self.plan.kernels:
-            if call.local_size is not None and not _fits(call.local_size, info):
+            spec, binds = kernel_spec(call, self.plan, self.precision, self.backend.name)
+            if call.local_size is not None and not spec.shared and not _fits(call.local_size, info):
                 # a plan tuned on a device of the same name and driver but smaller limits
                 log.info("%s: tuned work-group size %s exceeds this device's limits; using the rule's", call.label,
                          call.local_size)
                 call.local_size = None
-            spec, binds = kernel_spec(call, self.plan, self.precision, self.backend.name)
+                spec = dataclasses.replace(spec, local_size=None)
             specs.append(spec)
             self.binds.append(binds)
         texts: dict[int, tuple[KernelSpec, str]] = {}  # id -> the spec (held: its id stays its own) and its text
@@ -387,6 +390,9 @@ class PlanRunner:
                 call.local_size = chosen[kernel] = program.local_size
                 continue
             spec = program.spec
+            if spec.shared:  # one work group: its size is its grid
+                call.local_size = chosen[kernel] = program.local_size
+                continue
             best = (self._time(program, buffers), program.local_size)
             for local in local_size_candidates(spec.grid, info, self.backend.tuning_candidates):
                 if local == program.local_size:

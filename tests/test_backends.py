@@ -558,6 +558,27 @@ def test_wrong_buffers_are_refused(backend):
         program([backend.alloc(2), backend.alloc(2, "fp16")])
 
 
+def test_one_work_group_shares_memory(backend):
+    """A kernel whose work items share arrays (// @shared in its file: KernelSpec.shared) runs as one work group
+    with no work item returned early: each writes its vec4 into the shared array, and after BARRIER() reads
+    another's (the group reversed), twice over so that the second barrier's writes are seen too. A spec whose local
+    size is not its grid is refused."""
+    body = ("ring[GID_X] = x_read(GID_X);\nBARRIER();\nFLT4 v = ring[GRID_X - 1 - GID_X];\nBARRIER();\n"
+            "ring[GID_X] = v * SPLAT(2.0f);\nBARRIER();\ny_write(GID_X, ring[(GID_X + 1) % GRID_X]);\n")
+    n = 48
+    spec = KernelSpec("mirror", body, [Arg("x", "in"), Arg("y", "out")], (n, 1, 1), local_size=(n, 1, 1),
+                      shared=(("ring", str(n)),))
+    x, y = backend.alloc(n), backend.alloc(n)
+    values = np.arange(4 * n, dtype=np.float32).reshape(n, 4)
+    backend.upload(x, values)
+    backend.compile(spec)([x, y])
+    mirrored = 2 * values[::-1]
+    np.testing.assert_array_equal(backend.download(y, n).reshape(n, 4), np.roll(mirrored, -1, axis=0))
+    with pytest.raises(ValueError, match="runs as one work group"):
+        KernelSpec("mirror", body, [Arg("x", "in"), Arg("y", "out")], (n, 1, 1), local_size=(16, 1, 1),
+                   shared=(("ring", str(n)),))
+
+
 def _square_spec(value: float = 0.0) -> KernelSpec:
     return KernelSpec("square", "y_write(GID_X, x_read(GID_X) * x_read(GID_X) + ADD);",
                       [Arg("x", "in"), Arg("y", "out")], (3, 1, 1), {"ADD": value})

@@ -589,17 +589,55 @@ def test_run_time_filters_and_many_groups_run_on_the_gpu(backend):
 
 
 def squeeze_excite(b: Builder, x: str, tag: str, hw: tuple, c: int, batch: int = 1, also_out: bool = False,
-                   out_c: int = 16) -> str:
-    """EfficientNet's block tail: MEAN over H and W, a 1x1 convolution down to c // 4 channels with RELU, one back
-    up, LOGISTIC: the gate; x times the gate, then a 1x1 projection to ``out_c`` channels."""
+                   out_c: int = 16, mid: int | None = None, hidden: str = "RELU", gate: str = "LOGISTIC") -> str:
+    """EfficientNet's block tail: MEAN over H and W, a 1x1 convolution down to ``mid`` (c // 4) channels with RELU
+    (``hidden`` "SWISH": x * LOGISTIC(x), EfficientNet's), one back up, LOGISTIC (``gate`` "HARD": MobileNetV3's
+    RELU6(x + 3) / 6): the gate; x times the gate, then a 1x1 projection to ``out_c`` channels."""
+    mid = mid or c // 4
     axes = b.const(np.array([1, 2], np.int32))
     mean = b.op("MEAN", [x, axes], f"{tag}_mean", [batch, 1, 1, c], output=False, keep_dims=True)
-    squeezed = conv(b, mean, f"{tag}_squeeze", c, (1, 1), c // 4, (1, 1), 1, "VALID", act="RELU", n=batch,
-                    output=False)
-    excited = conv(b, squeezed, f"{tag}_excite", c // 4, (1, 1), c, (1, 1), 1, "VALID", n=batch, output=False)
-    gate = b.op("LOGISTIC", [excited], f"{tag}_gate", [batch, 1, 1, c], output=False)
-    scaled = b.op("MUL", [x, gate], f"{tag}_scaled", [batch, *hw, c], output=also_out)
+    squeezed = conv(b, mean, f"{tag}_squeeze", c, (1, 1), mid, (1, 1), 1, "VALID", act=hidden if hidden != "SWISH"
+                    else "NONE", n=batch, output=False)
+    if hidden == "SWISH":
+        sigmoid = b.op("LOGISTIC", [squeezed], f"{tag}_squeeze_sigmoid", [batch, 1, 1, mid], output=False)
+        squeezed = b.op("MUL", [squeezed, sigmoid], f"{tag}_squeeze_swish", [batch, 1, 1, mid], output=False)
+    excited = conv(b, squeezed, f"{tag}_excite", mid, (1, 1), c, (1, 1), 1, "VALID", n=batch, output=False)
+    if gate == "HARD":
+        shifted = b.op("ADD", [excited, b.const(np.array([3.0], np.float32))], f"{tag}_shifted", [batch, 1, 1, c],
+                       output=False, fused_activation_function="RELU6")
+        gated = b.op("MUL", [shifted, b.const(np.array([1 / 6], np.float32))], f"{tag}_gate", [batch, 1, 1, c],
+                     output=False)
+    else:
+        gated = b.op("LOGISTIC", [excited], f"{tag}_gate", [batch, 1, 1, c], output=False)
+    scaled = b.op("MUL", [x, gated], f"{tag}_scaled", [batch, *hw, c], output=also_out)
     return conv(b, scaled, f"{tag}_projected", c, hw, out_c, (1, 1), 1, "VALID", n=batch)
+
+
+def test_squeeze_excite_gate_is_one_kernel(backend):
+    """A squeeze-and-excite gate (MEAN, two one-pixel 1x1 convolutions and their activations) runs as one kernel of
+    one work group (lowering/fuse_squeeze_excite.py, kernels/*/squeeze_excite): RELU and swish (post-ops inside the
+    kernel) in the hidden layer, LOGISTIC and hard sigmoid on the gate; 16 channels over 40x40 pixels (the pixels
+    of a slice summed in parts), 13 and 3 channels (partial slices), 576 -> 144 (more slices than work items),
+    fp32 and fp16 storage, against LiteRT. Declined, and still right: a gate per batch (batch 2)."""
+    for fp16 in (False, True):
+        b = Builder()
+        for tag, hw, c, mid, hidden, gate in (("plane", (40, 40), 16, 4, "RELU", "HARD"),
+                                              ("odd", (5, 6), 13, 3, "SWISH", "LOGISTIC"),
+                                              ("wide", (3, 3), 576, 144, "RELU", "HARD"),
+                                              ("swish", (7, 5), 40, 10, "SWISH", "LOGISTIC")):
+            b.input(tag, [1, *hw, c])
+            squeeze_excite(b, tag, tag, hw, c, mid=mid, hidden=hidden, gate=gate)
+        b.input("batch", [2, 5, 6, 24])
+        squeeze_excite(b, "batch", "batch", (5, 6), 24, batch=2)
+        it = check_float(b, backend, fp16=fp16)
+        plan = plan_of(it)
+        names = {t: b.mb.tensors[t]["name"] for t in range(len(b.mb.tensors))}
+        gates = sorted(names[c.inputs["src"]] for c in plan.kernels if c.kernel == "squeeze_excite")
+        assert gates == ["odd", "plane", "swish", "wide"], gates
+        assert [names[c.inputs["src"]] for c in plan.kernels if c.kernel == "reduce"] == ["batch"]
+        ops = {n.index: n.op for n in it.graph.nodes}
+        for call in (c for c in plan.kernels if c.kernel == "squeeze_excite"):
+            assert ops[call.node] == "MEAN" and sorted(ops[n] for n in call.nodes).count("CONV_2D") == 2
 
 
 def test_squeeze_excite_gate_is_read_by_the_projection(backend):

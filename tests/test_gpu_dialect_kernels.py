@@ -21,6 +21,7 @@ import gpu_delegate as gd
 from .reference import assert_float_close, assert_quant_close, plan_of, run, run_litert, to_int8
 from .test_gpu_batch_matmul import attention_model, int8_scores_model, values
 from .test_gpu_bool_int import embedding_model
+from .test_gpu_conv import Builder, squeeze_excite
 from .test_gpu_layer_norm import inputs_for, int8_layer_norm_model
 
 pytestmark = pytest.mark.usefixtures("one_device")
@@ -93,6 +94,22 @@ def test_wide_softmax_and_embedding_lookup(gpu_told):
     (call,) = plan_of(it).kernels
     assert not call.defines["ROWS"] and call.grid == (11, 1, 18), call  # a work item a vec4, as on a GPU
     assert_float_close(outs[0], run_litert(content, [ids])[0], 0.0, what="dialect embedding lookup")
+
+
+def test_squeeze_excite_gate(gpu_told):
+    """The gate's kernel in the dialect's form (a work item an output slice, weights [input slice][c][output slice])
+    with the pixels of a slice summed in parts (16 channels over 40x40) and with more slices than work items (576
+    -> 144), swish in the hidden layer."""
+    b = Builder()
+    for tag, hw, c, mid, hidden in (("plane", (40, 40), 16, 4, "RELU"), ("wide", (3, 3), 576, 144, "SWISH")):
+        b.input(tag, [1, *hw, c])
+        squeeze_excite(b, tag, tag, hw, c, mid=mid, hidden=hidden, gate="HARD")
+    it = gd.Interpreter(model_content=b.build(), experimental_delegates=[gpu_told])
+    outs = run(it, b.feeds)
+    gates = [c for c in plan_of(it).kernels if c.kernel == "squeeze_excite"]
+    assert len(gates) == 2 and not any(c.variants for c in gates), gates
+    for o, r in zip(outs, run_litert(b.build(reference=True), b.feeds), strict=True):
+        assert_float_close(o, r, 1e-4, what="dialect squeeze-and-excite")
 
 
 def test_the_converters_int8_vit_block(gpu_told):

@@ -38,6 +38,10 @@ INCLUDE_MARKER = "@include"
 # plan has more distinct kernels than the driver keeps loaded (the constants make it faster).
 RUNTIME_MARKER = "@runtime_channels"
 CROWDED = "crowded"
+# A kernel file whose work items share memory says so in lines "// @shared NAME SIZE": an array of SIZE (a define or
+# a number) vec4s that the whole work group reads and writes (shared_arrays), between BARRIER()s. Such a kernel
+# runs as one work group: its grid is its work-group size.
+SHARED_MARKER = "@shared"
 
 # A name must be an identifier in both languages: GLSL reserves "__" anywhere and the "gl_"/"GL_" prefixes.
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9]*(_[A-Za-z0-9]+)*$")
@@ -130,6 +134,9 @@ class KernelSpec:
     #: an API that takes them as kernel arguments (OpenCL, ``runtime_values``) runs layers that differ in nothing
     #: else (an 8-bit model's layers of one shape, each on its own grid) with the same compiled program
     runtime_constants: bool = False
+    #: (name, vec4 count) of the arrays the work items of a group share (shared_arrays): the kernel then runs as
+    #: one work group, its local_size its grid
+    shared: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         _check_name(self.name, "kernel name")
@@ -138,6 +145,14 @@ class KernelSpec:
         self.grid = _three_sizes(self.grid, f"kernel {self.name}: grid")
         if self.local_size is not None:
             self.local_size = _three_sizes(self.local_size, f"kernel {self.name}: local_size")
+        self.shared = tuple((str(name), str(size)) for name, size in self.shared)
+        for name, _ in self.shared:
+            _check_name(name, "shared array name")
+        if self.shared and self.local_size != self.grid:
+            raise ValueError(f"kernel {self.name} shares memory across its work items, so it runs as one work group: "
+                             f"its local_size {self.local_size} must be its grid {self.grid}")
+        if self.shared and self.runtime_channels:
+            raise ValueError(f"kernel {self.name}: a kernel of one work group sizes its shared arrays by constants")
         taken = set(_RESERVED)
         for a in self.args:
             generated = {a.name + "_buf"} | {a.name + sfx for sfx in _ARG_SUFFIXES}
@@ -175,7 +190,7 @@ _ARG_SUFFIXES = ("_B", "_H", "_W", "_C", "_S", "_FULL", "_HALF", "_FIRST", "_idx
 _RESERVED = ("GRID_X", "GRID_Y", "GRID_Z", "GID_X", "GID_Y", "GID_Z", "GID_FLAT", "BUFS", "BUFS_DECL", "FLT4",
              "INT4", "MAKE_FLT4", "MAKE_INT4", "SPLAT", "TO_INT", "TO_FLT", "TO_INT4", "TO_FLT4", "FABS", "RSQRT",
              "FMOD", "FMA", "ROUND", "RINT", "ATAN2", "LT4", "LE4", "GT4", "GE4", "EQ4", "NE4", "SELECT4",
-             "LANE", "ZERO_PAD")
+             "LANE", "ZERO_PAD", "BARRIER")
 
 
 def _kernel_file(relative: str) -> Path | None:
@@ -241,6 +256,23 @@ def runtime_channels(name: str, language: str = "dialect") -> str | None:
         if words[:2] == ["//", RUNTIME_MARKER]:
             return " ".join(words[2:])
     return None
+
+
+@functools.cache
+def shared_arrays(name: str, language: str = "dialect") -> tuple[tuple[str, str], ...]:
+    """The arrays the ``// @shared NAME SIZE`` lines of ``kernels/<language>/<name><suffix>`` declare, in order:
+    (name, vec4 count as a define or a number). Read once, as kernel_text is."""
+    path = _kernel_file(f"{language}/{name}{LANGUAGES.get(language, '')}")
+    if path is None:
+        raise FileNotFoundError(f"kernel source {language}/{name} not found")
+    arrays = []
+    for line in path.read_text().splitlines():
+        words = line.split()
+        if words[:2] == ["//", SHARED_MARKER]:
+            if len(words) != 4:
+                raise ValueError(f"{path}: a shared array is declared as '// {SHARED_MARKER} NAME SIZE', not {line!r}")
+            arrays.append((words[2], words[3]))
+    return tuple(arrays)
 
 
 def runtime_values(spec: KernelSpec) -> list[tuple[str, int | float]]:
@@ -516,13 +548,16 @@ def opencl_source(spec: KernelSpec, entry: str | None = None, prelude: bool = Tr
     parts.append(_finisher_prototypes(spec) + _cl_wide_finishers(spec, prototypes=True))
     parts.append(spec.helpers.rstrip() + "\n" if spec.helpers.strip() else "")
     parts.append(_finishers(spec) + _cl_wide_finishers(spec))
+    # a kernel of one work group (shared arrays) has no work item past its grid, and none may return before a
+    # barrier the others wait at
+    guard = "" if spec.shared else "  if (GID_X >= GRID_X || GID_Y >= GRID_Y || GID_Z >= GRID_Z) return;\n"
     parts.append(
         f"__kernel void {entry or spec.name}({', '.join(params) if params else 'void'}) {{\n"
+        + "".join(f"  __local float4 {name}[{size}];\n" for name, size in spec.shared) +
         "  const int GID_X = get_global_id(0);\n"
         "  const int GID_Y = get_global_id(1);\n"
         "  const int GID_Z = get_global_id(2);\n"
-        "  if (GID_X >= GRID_X || GID_Y >= GRID_Y || GID_Z >= GRID_Z) return;\n"
-        "  {\n" + spec.body.rstrip() + "\n  }\n}\n")
+        + guard + "  {\n" + spec.body.rstrip() + "\n  }\n}\n")
     if at_run_time:
         _check_run_time_names(spec, "".join(parts[1:]), set(at_run_time))
     return "".join(parts)
@@ -658,10 +693,12 @@ def _gl_invocation(spec: KernelSpec, local_size: tuple[int, int, int]) -> str:
     """GID_X, GID_Y and GID_Z of a GL invocation, and the return of those past the grid (flat_dims)."""
     flat = flat_dims(spec.grid, local_size)
     if flat == 0:
+        # a kernel of one work group (shared arrays) has no invocation past its grid, and none may return before
+        # a barrier the others wait at
+        guard = "" if spec.shared else "  if (GID_X >= GRID_X || GID_Y >= GRID_Y || GID_Z >= GRID_Z) return;\n"
         return ("  int GID_X = int(gl_GlobalInvocationID.x);\n"
                 "  int GID_Y = int(gl_GlobalInvocationID.y);\n"
-                "  int GID_Z = int(gl_GlobalInvocationID.z);\n"
-                "  if (GID_X >= GRID_X || GID_Y >= GRID_Y || GID_Z >= GRID_Z) return;\n")
+                "  int GID_Z = int(gl_GlobalInvocationID.z);\n" + guard)
     if flat == 3:
         last, y, z = "GRID_X * GRID_Y * GRID_Z", "(GID_FLAT / GRID_X) % GRID_Y", "GID_FLAT / (GRID_X * GRID_Y)"
     else:
@@ -682,6 +719,7 @@ def glsl_source(spec: KernelSpec, local_size: tuple[int, int, int], textures: fr
              f"layout(local_size_x = {lx}, local_size_y = {ly}, local_size_z = {lz}) in;\n",
              kernel_text("glsl/prelude.inc.glsl"), _geometry(spec)]
     parts += [_gl_buffer(spec, i, a, i in textures) for i, a in enumerate(spec.args)]
+    parts += [f"shared vec4 {name}[{size}];\n" for name, size in spec.shared]
     parts += [_gl_accessors(spec, a, i in textures) for i, a in enumerate(spec.args)]
     parts.append("#define BUFS_DECL\n#define BUFS\n")
     parts.append(_finisher_prototypes(spec))
@@ -752,6 +790,21 @@ def _postop_step(k: int, p: PostOp, vec: str, expr: str, operand: str) -> str:
         return f"{{ {vec} a = v; v = {expr}; }}"
     a, b = ("o", "v") if p.operand_first else ("v", "o")
     return f"{{ {vec} o = {operand}; {vec} a = {a}; {vec} b = {b}; v = {expr}; }}"
+
+
+def render_steps(name: str, postops: list[PostOp]) -> str:
+    """``FLT4 name(FLT4 v)``: post-ops that read no buffer and no constant (expressions of the value alone, and
+    those of a value it kept: an activation, swish) applied to a value a kernel keeps to itself, such as a
+    squeeze-and-excite's hidden layer (kernels/dialect/squeeze_excite.dialect)."""
+    if not all(self_contained(p) for p in postops):
+        raise ValueError(f"{name}: a post-op that reads a buffer or a constant has no place outside a stored result")
+    body = "".join(f"  {_postop_step(k, p, 'FLT4', p.expr, f'kept{p.slot}')}\n" for k, p in enumerate(postops))
+    return f"FLT4 {name}(FLT4 v) {{\n{body}  return v;\n}}\n"
+
+
+def self_contained(p: PostOp) -> bool:
+    """Whether post-op ``p`` reads nothing but the value and what the steps before it kept (render_steps)."""
+    return p.kind == "keep" or p.kind == "expr" and p.operand in (None, "kept")
 
 
 def _zero_extended_read(k: int) -> str:

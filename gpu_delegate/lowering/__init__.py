@@ -21,6 +21,8 @@
     emit              each remaining node lowered to kernel calls by its op (context.LowerContext)
     fuse_channel_scale  a MUL by a per-channel gate (squeeze-and-excite) read by a 1x1 convolution as its input
                       scale (on the emitted kernels)
+    fuse_squeeze_excite  squeeze-and-excite's MEAN and two one-pixel 1x1 convolutions as one kernel of one work
+                      group (float; on the emitted kernels)
     codes_only        an 8-bit tensor that integer convolutions alone read: its writers store its codes, not its values
                       (on the plan)
     dense_inputs      an input that convolutions alone read, read in the host's dense order (OpenCL; on the plan)

@@ -20,6 +20,7 @@ from . import (
     fuse_matmul_transpose,
     fuse_repeat,
     fuse_siblings,
+    fuse_squeeze_excite,
     memory,
     merge_pad,
     pad_channels,
@@ -54,6 +55,7 @@ def build_plan(graph: Graph, nodes: list[int], inputs: list[int], outputs: list[
     results.append(fuse_siblings.run(view))
     results.append(emit.run(view, ctx))
     results.append(fuse_channel_scale.run(view, ctx))
+    results.append(fuse_squeeze_excite.run(view, ctx))
     for t in inputs + outputs:
         ctx.tensors.setdefault(t, bhwc(view.shapes[t]))
     for t, src in [*view.aliases.items(), *((t, outer) for t, (outer, _) in view.placed.items())]:

@@ -12,6 +12,9 @@
 #define RSQRT(x) inversesqrt(x)
 // GLSL ES 3.1 has no fma(): llvmpipe rounds the product before the add, a GPU's compiler may fuse them.
 #define FMA(a, b, c) ((a) * (b) + (c))
+// a work group's shared arrays written before this line are what every invocation reads after it (GLSL ES allows it
+// in main() only, outside any branch or loop)
+#define BARRIER() memoryBarrierShared(); barrier()
 #define RINT(x) roundEven(x)
 #define ATAN2(y, x) atan((y), (x))
 #define INF_F uintBitsToFloat(0x7f800000u)

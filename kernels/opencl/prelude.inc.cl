@@ -182,6 +182,8 @@ inline float gd_half_to_float(uint h) {
 #define MAKE_FLT4(a, b, c, d) ((float4)((a), (b), (c), (d)))
 #define MAKE_INT4(a, b, c, d) ((int4)((a), (b), (c), (d)))
 #define SPLAT(x) ((float4)(x))
+// a work group's shared arrays written before this line are what every work item reads after it
+#define BARRIER() barrier(CLK_LOCAL_MEM_FENCE)
 #define SPLAT16(x) ((float16)(x))
 #define TO_INT(x) ((int)(x))
 #define TO_FLT(x) ((float)(x))
