@@ -618,7 +618,8 @@ def test_squeeze_excite_gate_is_one_kernel(backend):
     one work group (lowering/fuse_squeeze_excite.py, kernels/*/squeeze_excite): RELU and swish (post-ops inside the
     kernel) in the hidden layer, LOGISTIC and hard sigmoid on the gate; 16 channels over 40x40 pixels (the pixels
     of a slice summed in parts), 13 and 3 channels (partial slices), 576 -> 144 (more slices than work items),
-    fp32 and fp16 storage, against LiteRT. Declined, and still right: a gate per batch (batch 2)."""
+    fp32 and fp16 storage, against LiteRT. Declined, and still right: a gate per batch (batch 2), and on GL on a CPU
+    the 144 hidden channels."""
     for fp16 in (False, True):
         b = Builder()
         for tag, hw, c, mid, hidden, gate in (("plane", (40, 40), 16, 4, "RELU", "HARD"),
@@ -632,9 +633,12 @@ def test_squeeze_excite_gate_is_one_kernel(backend):
         it = check_float(b, backend, fp16=fp16)
         plan = plan_of(it)
         names = {t: b.mb.tensors[t]["name"] for t in range(len(b.mb.tensors))}
+        # GL on a CPU keeps the three kernels where the hidden layer is wide (fuse_squeeze_excite.GL_CPU_MAX_HIDDEN)
+        info = delegate(backend).backend.device_info()
+        three = ["batch", "wide"] if backend == "gl" and info["device_type"] == "cpu" else ["batch"]
         gates = sorted(names[c.inputs["src"]] for c in plan.kernels if c.kernel == "squeeze_excite")
-        assert gates == ["odd", "plane", "swish", "wide"], gates
-        assert [names[c.inputs["src"]] for c in plan.kernels if c.kernel == "reduce"] == ["batch"]
+        assert gates == sorted({"odd", "plane", "swish", "wide"} - set(three)), gates
+        assert sorted(names[c.inputs["src"]] for c in plan.kernels if c.kernel == "reduce") == three
         ops = {n.index: n.op for n in it.graph.nodes}
         for call in (c for c in plan.kernels if c.kernel == "squeeze_excite"):
             assert ops[call.node] == "MEAN" and sorted(ops[n] for n in call.nodes).count("CONV_2D") == 2

@@ -9,7 +9,8 @@ float chains only: the convolutions' own weight rows and biases serve as they ar
 post-ops run inside the kernel (kernels/README.md, render_steps) and the second's on the gate it stores. Declined:
 batches of more than one (a gate per batch), a pooled or hidden vector anything else reads, post-ops of the hidden
 layer that read a buffer or a constant (an 8-bit chain's fake-quant steps), a kernel that would bind more buffers
-than the device has, and vectors too large for the shared memory every device has.
+than the device has, vectors too large for the shared memory every device has, and on GL on a CPU, hidden layers of
+more than GL_CPU_MAX_HIDDEN channels.
 """
 
 from __future__ import annotations
@@ -30,6 +31,11 @@ GROUP = 64
 SHARED_BYTES = 16384
 # Output slices a work item of opencl/squeeze_excite.cl (a CPU's OpenCL) computes: one float16
 CPU_SLICES = 4
+# On GL on a CPU (llvmpipe) the one work group's products ran slower than the three kernels' (whose groups share the
+# cores) where the hidden layer had more channels than this: MobileNetV3Small's 240 -> 64, 288 -> 72 and 576 -> 144
+# gates 1.05x, 1.3x and 2.2x the time, each dispatched alone and back to back; with 48 or fewer, EfficientNetB0's and
+# MobileNetV3Small's others 0.74-0.94x, 1152 -> 48 the same. PoCL's float16 form ran faster at every size.
+GL_CPU_MAX_HIDDEN = 48
 
 
 def _pooling(call: KernelCall, view: PartitionView) -> bool:
@@ -102,6 +108,9 @@ def run(view: PartitionView, ctx: LowerContext) -> PassResult:
         mid, out = ctx.tensors[hidden][3], ctx.tensors[gate][3]
         if b != 1:
             result.declined.append(f"{label}: a gate per batch (batch {b})")
+            continue
+        if ctx.api == "OpenGL" and ctx.device_type == "cpu" and mid > GL_CPU_MAX_HIDDEN:
+            result.declined.append(f"{label}: {mid} hidden channels, faster in three kernels on GL on a CPU")
             continue
         if not all(self_contained(p) for p in squeeze.postops):
             result.declined.append(f"{label}: the hidden layer's post-ops read a buffer or a constant")
