@@ -618,8 +618,8 @@ def test_squeeze_excite_gate_is_one_kernel(backend):
     one work group (lowering/fuse_squeeze_excite.py, kernels/*/squeeze_excite): RELU and swish (post-ops inside the
     kernel) in the hidden layer, LOGISTIC and hard sigmoid on the gate; 16 channels over 40x40 pixels (the pixels
     of a slice summed in parts), 13 and 3 channels (partial slices), 576 -> 144 (more slices than work items),
-    fp32 and fp16 storage, against LiteRT. Declined, and still right: a gate per batch (batch 2), and on GL on a CPU
-    the 144 hidden channels."""
+    fp32 and fp16 storage, against LiteRT. Declined, and still right: a gate per batch (batch 2), a classifier's
+    head of 64 -> 512 -> 600 channels, and on GL on a CPU the 144 hidden channels."""
     for fp16 in (False, True):
         b = Builder()
         for tag, hw, c, mid, hidden, gate in (("plane", (40, 40), 16, 4, "RELU", "HARD"),
@@ -630,12 +630,18 @@ def test_squeeze_excite_gate_is_one_kernel(backend):
             squeeze_excite(b, tag, tag, hw, c, mid=mid, hidden=hidden, gate=gate)
         b.input("batch", [2, 5, 6, 24])
         squeeze_excite(b, "batch", "batch", (5, 6), 24, batch=2)
+        # a classifier's head of the same shape: too many multiply-adds for one work group (MAX_GATE_MACS)
+        head = b.input("head", [1, 3, 4, 64])
+        pooled = b.op("MEAN", [head, b.const(np.array([1, 2], np.int32))], "head_mean", [1, 1, 1, 64], output=False,
+                      keep_dims=True)
+        hidden = conv(b, pooled, "head_hidden", 64, (1, 1), 512, (1, 1), 1, "VALID", act="RELU", n=1, output=False)
+        conv(b, hidden, "head_logits", 512, (1, 1), 600, (1, 1), 1, "VALID", n=1)
         it = check_float(b, backend, fp16=fp16)
         plan = plan_of(it)
         names = {t: b.mb.tensors[t]["name"] for t in range(len(b.mb.tensors))}
         # GL on a CPU keeps the three kernels where the hidden layer is wide (fuse_squeeze_excite.GL_CPU_MAX_HIDDEN)
         info = delegate(backend).backend.device_info()
-        three = ["batch", "wide"] if backend == "gl" and info["device_type"] == "cpu" else ["batch"]
+        three = ["batch", "head", "wide"] if backend == "gl" and info["device_type"] == "cpu" else ["batch", "head"]
         gates = sorted(names[c.inputs["src"]] for c in plan.kernels if c.kernel == "squeeze_excite")
         assert gates == sorted({"odd", "plane", "swish", "wide"} - set(three)), gates
         assert sorted(names[c.inputs["src"]] for c in plan.kernels if c.kernel == "reduce") == three

@@ -5,12 +5,13 @@ keeps the pooled and hidden vectors in shared memory. Each of the three did less
 MobileNetV3Small has 9 such gates (27 of its 65 kernels), EfficientNetB0 16.
 
 This pass runs on the emitted kernels (after emit and fuse_channel_scale, before memory assigns buffers), and takes
-float chains only: the convolutions' own weight rows and biases serve as they are, the first convolution's fused
-post-ops run inside the kernel (kernels/README.md, render_steps) and the second's on the gate it stores. Declined:
-batches of more than one (a gate per batch), a pooled or hidden vector anything else reads, post-ops of the hidden
-layer that read a buffer or a constant (an 8-bit chain's fake-quant steps), a kernel that would bind more buffers
-than the device has, vectors too large for the shared memory every device has, and on GL on a CPU, hidden layers of
-more than GL_CPU_MAX_HIDDEN channels.
+float chains only: the convolutions' biases serve as they are, their weight rows are laid out again for the kernel
+(_gate_rows), the first convolution's fused post-ops run inside the kernel (kernels/README.md, render_steps) and the
+second's on the gate it stores. Declined: batches of more than one (a gate per batch), a pooled or hidden vector
+anything else reads, post-ops of the hidden layer that read a buffer or a constant (an 8-bit chain's fake-quant
+steps), a kernel that would bind more buffers than the device has, vectors too large for the shared memory every
+device has, products of more than MAX_GATE_MACS multiply-adds (a classifier's head), and on GL on a CPU, hidden
+layers of more than GL_CPU_MAX_HIDDEN channels.
 """
 
 from __future__ import annotations
@@ -36,6 +37,10 @@ CPU_SLICES = 4
 # gates 1.05x, 1.3x and 2.2x the time, each dispatched alone and back to back; with 48 or fewer, EfficientNetB0's and
 # MobileNetV3Small's others 0.74-0.94x, 1152 -> 48 the same. PoCL's float16 form ran faster at every size.
 GL_CPU_MAX_HIDDEN = 48
+# Multiply-adds of the two products past which they keep kernels of their own, whose groups share the device: a
+# classifier's head (MEAN, then dense layers of 1000s of channels: MobileNetV3's 576 -> 1024 -> 1000 is 1.6 M) would
+# otherwise stream megabytes of weights on one core. The largest gates measured fused: 576 -> 144 -> 576, 166 K.
+MAX_GATE_MACS = 1 << 18
 
 
 def _pooling(call: KernelCall, view: PartitionView) -> bool:
@@ -108,6 +113,9 @@ def run(view: PartitionView, ctx: LowerContext) -> PassResult:
         mid, out = ctx.tensors[hidden][3], ctx.tensors[gate][3]
         if b != 1:
             result.declined.append(f"{label}: a gate per batch (batch {b})")
+            continue
+        if c * mid + mid * out > MAX_GATE_MACS:
+            result.declined.append(f"{label}: {c * mid + mid * out} multiply-adds, more than one work group's share")
             continue
         if ctx.api == "OpenGL" and ctx.device_type == "cpu" and mid > GL_CPU_MAX_HIDDEN:
             result.declined.append(f"{label}: {mid} hidden channels, faster in three kernels on GL on a CPU")
