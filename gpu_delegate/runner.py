@@ -386,11 +386,8 @@ class PlanRunner:
             if not stopped and time.perf_counter() - t0 > budget_s:
                 stopped = True
                 log.info("work-group tuning stopped after %.1f s at %s", budget_s, call.label)
-            if stopped:
-                call.local_size = chosen[kernel] = program.local_size
-                continue
             spec = program.spec
-            if spec.shared:  # one work group: its size is its grid
+            if stopped or spec.shared:  # a kernel of one work group (shared arrays) runs at its grid's size
                 call.local_size = chosen[kernel] = program.local_size
                 continue
             best = (self._time(program, buffers), program.local_size)

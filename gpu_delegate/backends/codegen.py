@@ -533,6 +533,12 @@ def _finishers(spec: KernelSpec) -> str:
     return "".join(out)
 
 
+def _bounds_check(spec: KernelSpec) -> str:
+    """The return of the work items past the grid, where the dispatch rounds it up to whole groups. A kernel of one
+    work group (shared arrays) has none past its grid, and none may return before a barrier the others wait at."""
+    return "" if spec.shared else "  if (GID_X >= GRID_X || GID_Y >= GRID_Y || GID_Z >= GRID_Z) return;\n"
+
+
 def opencl_source(spec: KernelSpec, entry: str | None = None, prelude: bool = True) -> str:
     """The complete OpenCL C 1.2 program for ``spec``: one ``__kernel`` named ``entry`` (default
     ``spec.name``); without ``prelude``, the part after the prelude (a section of ``opencl_bundle``)."""
@@ -548,16 +554,13 @@ def opencl_source(spec: KernelSpec, entry: str | None = None, prelude: bool = Tr
     parts.append(_finisher_prototypes(spec) + _cl_wide_finishers(spec, prototypes=True))
     parts.append(spec.helpers.rstrip() + "\n" if spec.helpers.strip() else "")
     parts.append(_finishers(spec) + _cl_wide_finishers(spec))
-    # a kernel of one work group (shared arrays) has no work item past its grid, and none may return before a
-    # barrier the others wait at
-    guard = "" if spec.shared else "  if (GID_X >= GRID_X || GID_Y >= GRID_Y || GID_Z >= GRID_Z) return;\n"
     parts.append(
         f"__kernel void {entry or spec.name}({', '.join(params) if params else 'void'}) {{\n"
         + "".join(f"  __local float4 {name}[{size}];\n" for name, size in spec.shared) +
         "  const int GID_X = get_global_id(0);\n"
         "  const int GID_Y = get_global_id(1);\n"
         "  const int GID_Z = get_global_id(2);\n"
-        + guard + "  {\n" + spec.body.rstrip() + "\n  }\n}\n")
+        + _bounds_check(spec) + "  {\n" + spec.body.rstrip() + "\n  }\n}\n")
     if at_run_time:
         _check_run_time_names(spec, "".join(parts[1:]), set(at_run_time))
     return "".join(parts)
@@ -693,12 +696,9 @@ def _gl_invocation(spec: KernelSpec, local_size: tuple[int, int, int]) -> str:
     """GID_X, GID_Y and GID_Z of a GL invocation, and the return of those past the grid (flat_dims)."""
     flat = flat_dims(spec.grid, local_size)
     if flat == 0:
-        # a kernel of one work group (shared arrays) has no invocation past its grid, and none may return before
-        # a barrier the others wait at
-        guard = "" if spec.shared else "  if (GID_X >= GRID_X || GID_Y >= GRID_Y || GID_Z >= GRID_Z) return;\n"
         return ("  int GID_X = int(gl_GlobalInvocationID.x);\n"
                 "  int GID_Y = int(gl_GlobalInvocationID.y);\n"
-                "  int GID_Z = int(gl_GlobalInvocationID.z);\n" + guard)
+                "  int GID_Z = int(gl_GlobalInvocationID.z);\n" + _bounds_check(spec))
     if flat == 3:
         last, y, z = "GRID_X * GRID_Y * GRID_Z", "(GID_FLAT / GRID_X) % GRID_Y", "GID_FLAT / (GRID_X * GRID_Y)"
     else:

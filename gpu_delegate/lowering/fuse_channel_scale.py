@@ -31,12 +31,11 @@ def run(view: PartitionView, ctx: LowerContext) -> PassResult:
     result = PassResult("fuse_channel_scale")
     kernels = ctx.kernels
     outputs = set(view.outputs)
-    held = set(view.aliases) | set(view.aliases.values()) | set(view.placed) | {o for o, _ in view.placed.values()}
+    held = view.shared_buffers()
     limit = ctx.max_buffers if ctx.max_buffers is not None else float("inf")
 
     def uses(t: int) -> list[int]:
-        return [k for k, c in enumerate(kernels) if t in (*c.inputs.values(), *c.outputs.values())
-                or any(p.tensor_operand == t for p in c.postops)]
+        return [k for k, c in enumerate(kernels) if c.reads(t) or t in c.outputs.values()]
 
     gone: set[int] = set()
     for k, call in enumerate(kernels):

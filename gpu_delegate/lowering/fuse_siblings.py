@@ -81,7 +81,7 @@ def _why_not(view: PartitionView, n: int, names: dict[int, set[int]]) -> str:
         return "it reads its input scaled and shifted (fuse_input_affine.py)"
     if out in view.inputs or out in view.outputs:
         return "its output crosses the partition's boundary"
-    if out in names or out in view.aliases or out in view.placed or any(p == out for p, _ in view.placed.values()):
+    if out in names or out in view.shared_buffers():
         return "its output shares a buffer (a dropped reshape, a placed concatenation)"
     return ""
 

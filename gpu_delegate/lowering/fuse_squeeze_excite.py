@@ -79,13 +79,11 @@ def run(view: PartitionView, ctx: LowerContext) -> PassResult:
     result = PassResult("fuse_squeeze_excite")
     kernels = ctx.kernels
     outputs = set(view.outputs) | set(ctx.dense)
-    held = set(view.aliases) | set(view.aliases.values()) | set(view.placed) | {o for o, _ in view.placed.values()}
+    held = view.shared_buffers()
     limit = ctx.max_buffers if ctx.max_buffers is not None else float("inf")
-    writer = {t: k for k, c in enumerate(kernels) for t in c.outputs.values()}
 
     def readers(t: int) -> list[int]:
-        return [k for k, c in enumerate(kernels) if t in c.inputs.values() or any(p.tensor_operand == t
-                                                                                 for p in c.postops)]
+        return [k for k, c in enumerate(kernels) if c.reads(t)]
 
     def private(t: int) -> bool:  # a vector that only the next step of the gate reads
         return t not in outputs and t not in held and len(readers(t)) == 1
@@ -104,7 +102,7 @@ def run(view: PartitionView, ctx: LowerContext) -> PassResult:
         squeeze = kernels[first[0]]
         hidden = squeeze.outputs["dst"]
         second = readers(hidden)
-        if not private(hidden) or not _one_pixel_conv(kernels[second[0]], hidden) or writer.get(hidden) != first[0]:
+        if not private(hidden) or not _one_pixel_conv(kernels[second[0]], hidden):
             continue
         excite = kernels[second[0]]
         gate = excite.outputs["dst"]

@@ -127,6 +127,10 @@ class KernelCall:
     # (KernelSpec.constants)
     constants: tuple[str, ...] = ()
 
+    def reads(self, t: int) -> bool:
+        """Whether this call reads plan tensor ``t``: as an input, or as a post-op's operand."""
+        return t in self.inputs.values() or any(p.tensor_operand == t for p in self.postops)
+
     @property
     def nodes(self) -> tuple[int, ...]:
         """Every graph node this call computes: its own, its post-ops', and those fused into it otherwise."""

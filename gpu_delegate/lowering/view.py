@@ -103,6 +103,11 @@ class PartitionView:
             names.setdefault(source, {source}).add(alias)
         return {t: group for group in names.values() for t in group}
 
+    def shared_buffers(self) -> set[int]:
+        """Tensors whose buffer another tensor shares: both sides of a dropped reshape (``aliases``) and of a part a
+        concatenation's producer writes in place (``placed``)."""
+        return set(self.aliases) | set(self.aliases.values()) | set(self.placed) | {o for o, _ in self.placed.values()}
+
     @staticmethod
     def buffer_readers(t: int, readers: dict[int, list[int]], names: dict[int, set[int]], outputs: set[int]
                        ) -> tuple[list[int], bool]:
