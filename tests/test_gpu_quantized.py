@@ -285,8 +285,11 @@ def dot_convs(seed: int = 15) -> QModel:
 def grid_keepers(seed: int = 16) -> QModel:
     """int8 ops whose kernels store values of their input's grid, each on that grid (no fake-quant step of their own:
     Op.gpu_keeps_grid): AVERAGE_POOL 3x3 (SAME, its sum rounded once), 7x7 (VALID), 1x1 (stride 2) and 9x9 (each value
-    rounded: more than 64), MAX_POOL, PAD;
-    and an AVERAGE_POOL whose fused RELU6 bounds lie off the grid, which keeps its step."""
+    rounded: more than 64), MAX_POOL, PAD, and the ops that move or pick values (STRIDED_SLICE, SLICE, TRANSPOSE,
+    TILE, RESHAPE across channels, GATHER, MIRROR_PAD, RESIZE_NEAREST_NEIGHBOR, REDUCE_MAX, a CONCATENATION of
+    parts on its grid, DEPTH_TO_SPACE, SPACE_TO_DEPTH);
+    and an AVERAGE_POOL whose fused RELU6 bounds lie off the grid, which keeps its step (uint8_chain's
+    CONCATENATION of parts on other grids keeps its own: test_quantized_chain)."""
     b = QModel(np.int8, seed)
     b.input("x", [2, 9, 10, 6], (0.05, -4))
     b.op("AVERAGE_POOL_2D", ["x"], "avg_3x3", [2, 9, 10, 6], "input", padding="SAME", stride_h=1, stride_w=1,
@@ -302,6 +305,22 @@ def grid_keepers(seed: int = 16) -> QModel:
     b.op("PAD", ["max_pool", b.const(np.array([[0, 0], [1, 0], [0, 2], [0, 0]], I32))], "pad", [2, 5, 6, 6], "input")
     b.op("AVERAGE_POOL_2D", ["x"], "avg_relu6", [2, 5, 5, 6], "input", padding="SAME", stride_h=2, stride_w=2,
          filter_height=2, filter_width=2, fused_activation_function="RELU6")
+    b.op("STRIDED_SLICE", ["x", b.const(np.array([0, 1, 1, 0], I32)), b.const(np.array([2, 8, 10, 6], I32)),
+                           b.const(np.array([1, 1, 2, 1], I32))], "strided_slice", [2, 7, 5, 6], "input")
+    b.op("SLICE", ["avg_3x3", b.const(np.array([0, 0, 2, 1], I32)), b.const(np.array([2, 9, 5, 5], I32))], "slice",
+         [2, 9, 5, 5], "input")
+    b.op("TRANSPOSE", ["x", b.const(np.array([0, 2, 1, 3], I32))], "transpose", [2, 10, 9, 6], "input")
+    b.op("TILE", ["slice", b.const(np.array([1, 1, 2, 1], I32))], "tile", [2, 9, 10, 5], "input")
+    b.op("RESHAPE", ["x", b.const(np.array([2, 9, 60], I32))], "reshape", [2, 9, 60], "input", new_shape=[2, 9, 60])
+    b.op("GATHER", ["x", b.const(np.array([8, 0, 4], I32))], "gather", [2, 3, 10, 6], "input", axis=1)
+    b.op("MIRROR_PAD", ["avg_3x3", b.const(np.array([[0, 0], [1, 1], [2, 0], [0, 0]], I32))], "mirror_pad",
+         [2, 11, 12, 6], "input", mode="REFLECT")
+    b.op("RESIZE_NEAREST_NEIGHBOR", ["x", b.const(np.array([13, 15], I32))], "resize_nearest", [2, 13, 15, 6],
+         "input")
+    b.op("REDUCE_MAX", ["x", b.const(np.array([1, 2], I32))], "reduce_max", [2, 1, 1, 6], "input", keep_dims=True)
+    b.op("CONCATENATION", ["x", "avg_3x3"], "concat", [2, 9, 10, 12], "input", axis=3)
+    b.op("DEPTH_TO_SPACE", ["concat"], "depth_to_space", [2, 18, 20, 3], "input", block_size=2)
+    b.op("SPACE_TO_DEPTH", ["depth_to_space"], "space_to_depth", [2, 9, 10, 12], "input", block_size=2)
     return b
 
 
@@ -387,14 +406,16 @@ def test_quantized_chain(backend, name):
 
 
 def test_ops_that_keep_their_grid_take_no_fake_quant_step(backend):
-    """The pools and the PAD of grid_keepers store their results without a fake-quant step of their own (they
-    match LiteRT node by node in test_quantized_chain); the pool with RELU6 fused keeps its step."""
+    """The pools, the PAD and the ops that move values in grid_keepers store their results without a fake-quant step
+    of their own (they match LiteRT node by node in test_quantized_chain); the pool with RELU6 fused keeps its step.
+    Each runs on the GPU."""
     b, content, _ = model("int8_grid_keepers")
     it, _ = run_gpu(content, b.feeds, backend)
     plan = runner_of(it).plan
     names = {k: b.nodes[k][2] for k in range(len(b.nodes))}
     stepped = {names[p.node] for call in plan.kernels for p in call.postops if p.kind == "fake_quant"}
     assert stepped == {"avg_relu6"}, stepped
+    assert set(placement(it)) == {backend}, placement(it)
 
 
 def test_int8_convolutions_on_integer_dot_products(monkeypatch):

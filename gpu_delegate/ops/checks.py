@@ -106,6 +106,13 @@ def same_grid(a: Tensor, b: Tensor) -> bool:
     return bool(np.float32(sa) == np.float32(sb)) and za == zb
 
 
+def moves_grid_values(node: Node, graph: Graph, data: Sequence[int] = (0,)) -> bool:
+    """Op.gpu_keeps_grid of an op whose kernel only moves or picks values of its inputs ``data`` (a slice, a
+    transpose, a gather, a maximum): whether each of them is on the output's grid, so that what it stores is too."""
+    out = graph.tensors[node.outputs[0]]
+    return bool(data) and all(node.inputs[i] >= 0 and same_grid(graph.tensors[node.inputs[i]], out) for i in data)
+
+
 def per_tensor(node: Node, t: Tensor) -> tuple[float, int]:
     """(scale, zero_point) of a per-tensor quantized tensor; a ModelError for anything else."""
     if t.quant is None:

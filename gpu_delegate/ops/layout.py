@@ -30,7 +30,7 @@ from ..graph import ACT_NONE, ACT_SIGN_BIT, Graph, Node
 from ..lowering.context import LowerContext
 from ..phwc4 import BHWC, bhwc, same_layout, slices, to_rows
 from .base import Defines, Op, register
-from .checks import all_required, const_input, data_dependent, input_count, required, same_grid
+from .checks import all_required, const_input, data_dependent, input_count, moves_grid_values, required, same_grid
 
 Shape = tuple[int, ...]
 Shapes = list[Shape | None]
@@ -280,6 +280,7 @@ class Reshape(Op):
     name = "RESHAPE"
     gpu_ints = gpu_rank5 = True
     strings = True
+    gpu_keeps_grid = staticmethod(moves_grid_values)
 
     @staticmethod
     def check(node: Node, graph: Graph) -> None:
@@ -326,6 +327,7 @@ class Squeeze(Op):
     name = "SQUEEZE"
     gpu_ints = gpu_rank5 = True
     strings = True
+    gpu_keeps_grid = staticmethod(moves_grid_values)
 
     @staticmethod
     def check(node: Node, graph: Graph) -> None:
@@ -362,6 +364,7 @@ class ExpandDims(Op):
     name = "EXPAND_DIMS"
     gpu_ints = gpu_rank5 = True
     strings = True
+    gpu_keeps_grid = staticmethod(moves_grid_values)
 
     @staticmethod
     def check(node: Node, graph: Graph) -> None:
@@ -461,11 +464,21 @@ class Concatenation(Op):
         parts = [ctx.input(node, k) for k in range(len(node.inputs))]
         _lower_concat(ctx, node, [(t, ctx.bhwc(t)) for t in parts], dst, axis)
 
+    @staticmethod
+    def gpu_keeps_grid(node: Node, graph: Graph) -> bool:
+        # parts on the output's grid are stored as they are; a fused activation's bounds may lie off the grid
+        return int(node.attrs.get("fused_activation_function", ACT_NONE)) == ACT_NONE and \
+            moves_grid_values(node, graph, range(len(node.inputs)))
+
 
 @register
 class Pack(Op):
     name = "PACK"
     gpu_ints = True
+
+    @staticmethod
+    def gpu_keeps_grid(node: Node, graph: Graph) -> bool:
+        return moves_grid_values(node, graph, range(len(node.inputs)))
 
     @staticmethod
     def check(node: Node, graph: Graph) -> None:
@@ -696,6 +709,7 @@ class Slice(Op):
     name = "SLICE"
     gpu_ints = True
     strings = True
+    gpu_keeps_grid = staticmethod(moves_grid_values)
 
     @staticmethod
     def check(node: Node, graph: Graph) -> None:
@@ -828,6 +842,7 @@ class StridedSlice(Op):
     name = "STRIDED_SLICE"
     gpu_ints = True
     strings = True
+    gpu_keeps_grid = staticmethod(moves_grid_values)
 
     @staticmethod
     def check(node: Node, graph: Graph) -> None:
@@ -885,6 +900,7 @@ def _perm(node: Node, v: np.ndarray, rank: int) -> list[int]:
 class Transpose(Op):
     name = "TRANSPOSE"
     gpu_ints = True
+    gpu_keeps_grid = staticmethod(moves_grid_values)
 
     @staticmethod
     def check(node: Node, graph: Graph) -> None:
@@ -931,6 +947,7 @@ class Tile(Op):
     name = "TILE"
     gpu_ints = gpu_rank5 = True
     strings = True
+    gpu_keeps_grid = staticmethod(moves_grid_values)
 
     @staticmethod
     def check(node: Node, graph: Graph) -> None:
@@ -980,6 +997,7 @@ def _gather_axes(node: Node, params: Shape, indices: Shape) -> tuple[int, int]:
 class Gather(Op):
     name = "GATHER"
     strings = True
+    gpu_keeps_grid = staticmethod(moves_grid_values)
 
     @staticmethod
     def check(node: Node, graph: Graph) -> None:
@@ -1243,6 +1261,7 @@ class Pad(Op):
 @register
 class MirrorPad(Op):
     name = "MIRROR_PAD"
+    gpu_keeps_grid = staticmethod(moves_grid_values)
 
     @staticmethod
     def check(node: Node, graph: Graph) -> None:
@@ -1309,6 +1328,7 @@ def _block(node: Node, shape: Shape) -> int:
 @register
 class DepthToSpace(Op):
     name = "DEPTH_TO_SPACE"
+    gpu_keeps_grid = staticmethod(moves_grid_values)
 
     @staticmethod
     def check(node: Node, graph: Graph) -> None:
@@ -1345,6 +1365,7 @@ class DepthToSpace(Op):
 @register
 class SpaceToDepth(Op):
     name = "SPACE_TO_DEPTH"
+    gpu_keeps_grid = staticmethod(moves_grid_values)
 
     @staticmethod
     def check(node: Node, graph: Graph) -> None:

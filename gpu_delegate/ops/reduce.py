@@ -22,7 +22,7 @@ from ..graph import Graph, Node
 from ..lowering.context import LowerContext
 from ..phwc4 import slices
 from .base import Defines, Op, register
-from .checks import arity, check_type, is_quantized, quant_of, required
+from .checks import arity, check_type, is_quantized, moves_grid_values, quant_of, required
 
 Shapes = list[tuple[int, ...] | None]
 
@@ -189,6 +189,8 @@ class ReduceProd(_Reduce):
 
 
 class _Extreme(_Reduce):
+    gpu_keeps_grid = staticmethod(moves_grid_values)
+
     @classmethod
     def reduce_quantized(cls, x: np.ndarray, axes: tuple[int, ...], keep: bool, qi: tuple[float, int],
                          qo: tuple[float, int]) -> np.ndarray:

@@ -14,7 +14,7 @@ from ..errors import ModelError
 from ..graph import Graph, Node
 from ..lowering.context import LowerContext
 from .base import Defines, Op, register
-from .checks import check_run_shapes, data_dependent, input_count, required, type_names
+from .checks import check_run_shapes, data_dependent, input_count, moves_grid_values, required, type_names
 
 _TYPES = (np.float32, np.int8, np.uint8, np.int16)
 
@@ -124,6 +124,7 @@ class ResizeBilinear(Op):
 class ResizeNearestNeighbor(Op):
     name = "RESIZE_NEAREST_NEIGHBOR"
     types = type_names(_TYPES)
+    gpu_keeps_grid = staticmethod(moves_grid_values)
 
     @staticmethod
     def check(node: Node, graph: Graph) -> None:
