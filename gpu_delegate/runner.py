@@ -33,6 +33,7 @@ from .backends.codegen import (
     render_postops,
     runtime_channels,
     shared_arrays,
+    value_steps,
 )
 from .backends.compile_worker import CompileWorker, Group, Launch
 from .cache import fingerprint, partition_parts
@@ -123,7 +124,9 @@ def kernel_spec(call: KernelCall, plan: Plan, precision: str,
     postop_arg, wide = None, False
     constants: dict[str, float | int] = {}
     if call.postops:
-        text, wide, constants = render_postops(call.postops, plan.tensors[call.outputs["dst"]][3], language)
+        # a one-channel dense input's copy (kernels/opencl/copy.cl) steps 4 pixels' values at once, unpadded
+        values = call.defines.get("DENSE_C") == 1 and language == "opencl" and value_steps(call.postops)
+        text, wide, constants = render_postops(call.postops, plan.tensors[call.outputs["dst"]][3], language, values)
         helpers, postop_arg = helpers + text, "dst"
     spec = KernelSpec(call.kernel, body, args, call.grid, {**call.defines, **constants}, helpers=helpers,
                       precision=precision, local_size=call.local_size, postop_arg=postop_arg, wide_postop=wide,

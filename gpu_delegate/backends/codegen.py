@@ -819,13 +819,20 @@ def _zero_extended_read(k: int) -> str:
             "\n}")
 
 
-def render_postops(postops: list[PostOp], dst_channels: int, language: str | None = None
+def value_steps(postops: list[PostOp]) -> bool:
+    """Whether the post-ops are a function of each value alone (no operand, no table, no index): they may then
+    apply to values packed in any order (render_postops' ``values``)."""
+    return all(p.kind == "fake_quant" or self_contained(p) for p in postops)
+
+
+def render_postops(postops: list[PostOp], dst_channels: int, language: str | None = None, values: bool = False
                    ) -> tuple[str, bool, dict[str, float | int]]:
     """``FLT4 postop(FLT4 v, int i)``: the post-ops applied to a result at linear PHWC4 index i of the output
     ``dst`` (their operands are arguments p0, p1, ... in order); for OpenCL, when every step allows, also
-    ``float16 postop16(float16 v, int4 i)`` for 4 results at once (the wide kernels' stores). Returns the
-    text, whether the wide form is there, and the constants it reads by name (the kernel's defines, which
-    KernelSpec.constants lists)."""
+    ``float16 postop16(float16 v, int4 i)`` for 4 results at once (the wide kernels' stores). With ``values``
+    (value_steps holds), also ``FLT4 postop_values(FLT4 v)``, the steps on any 4 values, no padding zeroed,
+    and the define GD_POSTOP_VALUES. Returns the text, whether the wide form is there, and the constants it
+    reads by name (the kernel's defines, which KernelSpec.constants lists)."""
     fake = any(p.kind == "fake_quant" for p in postops)
     lines = [kernel_text("dialect/fake_quant.inc.dialect")] if fake else []
     lines += [_zero_extended_read(k) for k, p in enumerate(postops) if p.operand == "zero_extended"]
@@ -837,6 +844,12 @@ def render_postops(postops: list[PostOp], dst_channels: int, language: str | Non
         lines.append("  " + _postop_step(k, p, "FLT4", p.expr, operand))
     lines.append("  return ZERO_PAD(v, s, dst_C);" if dst_channels % 4 else "  return v;")
     lines.append("}")
+    if values:
+        if not value_steps(postops):
+            raise ValueError("postop_values: a post-op reads an operand, a table or the value's index")
+        lines += ["#define GD_POSTOP_VALUES 1", "FLT4 postop_values(FLT4 v) {"]
+        lines += [f"  {_postop_step(k, p, 'FLT4', p.expr, f'kept{p.slot}')}" for k, p in enumerate(postops)]
+        lines += ["  return v;", "}"]
     wide = [_wide_expr(p.expr) if p.kind == "expr" else "" for p in postops] if language == "opencl" else [None]
     has_wide = all(e is not None for e in wide)
     if has_wide:

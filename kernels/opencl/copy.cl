@@ -48,6 +48,14 @@ int s = dst_B == 1 ? GID_Z : GID_Z % dst_S;
 int x0 = 4 * GID_X;
 int i = dst_idx(b, GID_Y, x0, s);
 int n = (b * dst_H + GID_Y) * dst_W + x0;  // the first pixel's index (SRC_DENSE)
+#if SRC_DENSE && DENSE_C == 1 && defined(GD_POSTOP_VALUES)
+if (x0 + 3 < dst_W) {  // 4 pixels of one channel: their post-ops on one vec4, not on the 16 lanes stored
+  float4 a = postop_values(vload4(0, (__global const float*)src_buf + n));
+  dst_store16((int4)(i) + (int4)(0, 1, 2, 3),
+              (float16)(a.s0, 0.0f, 0.0f, 0.0f, a.s1, 0.0f, 0.0f, 0.0f, a.s2, 0.0f, 0.0f, 0.0f, a.s3, 0.0f, 0.0f, 0.0f), 4);
+  return;
+}
+#endif
 if (x0 + 3 < dst_W) {
   float16 v = dst_finish16(SRC_VEC16(i, n), (int4)(i) + (int4)(0, 1, 2, 3) BUFS);
   dst_store16((int4)(i) + (int4)(0, 1, 2, 3), v, 4);
