@@ -51,6 +51,10 @@ class SimpleDelegate:
         """How much a partition is worth delegating; partitions with the largest weight are kept."""
         return float(len(nodes))
 
+    def partition_declined(self, nodes: list[Node], graph: Graph) -> str:
+        """Why a partition of supported nodes stays on the CPU as a whole, or "" (it is delegated)."""
+        return ""
+
     def _get_native_delegate_pointer(self) -> int:
         """The address of a TfLiteDelegate that runs this delegate inside LiteRT's own interpreter:
         ``ai_edge_litert.interpreter.Interpreter(..., experimental_delegates=[delegate])`` calls this."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import threading
 from pathlib import Path
 
@@ -155,6 +156,17 @@ class GpuDelegate(SimpleDelegate):
             op = get_op(node.op)
             total += op.macs(node, graph) if op is not None else 0
         return float(total)
+
+    def partition_declined(self, nodes: list[Node], graph: Graph) -> str:
+        # A loop's condition (LESS, LOGICAL_AND of its counters) or counter arithmetic alone: each invoke would be a
+        # round trip to the device for a few scalars, and a WHILE makes one every iteration (Keras 3's LSTM of 50
+        # steps: 50 of them for its condition alone)
+        shapes = [graph.tensors[t].shape for node in nodes for t in (*node.inputs, *node.outputs)
+                  if t >= 0 and graph.tensors[t].data is None]
+        if shapes and all(min(shape, default=0) >= 0 and math.prod(shape) <= 1 for shape in shapes):
+            return "the partition holds scalars only (a loop's counters or condition): the CPU computes them " \
+                   "without a round trip to the device"
+        return ""
 
     def create_kernel(self) -> GpuKernel:
         return GpuKernel(self)

@@ -25,8 +25,9 @@ class Partition:
 def select_partitions(delegate, graph: Graph, skip: set[int] | frozenset[int] = frozenset()
                       ) -> tuple[list[Partition], dict[int, str]]:
     """The partitions a SimpleDelegate takes, by the one policy both interpreters (ours and LiteRT's, through
-    litert.py) follow: the nodes outside ``skip`` it supports, grouped by `group_supported`, and where it
-    limits them (``max_partitions``) the heaviest by ``partition_weight``, kept in execution order.
+    litert.py) follow: the nodes outside ``skip`` it supports, grouped by `group_supported`, less the partitions
+    it declines as a whole (``partition_declined``), and where it limits them (``max_partitions``) the heaviest by
+    ``partition_weight``, kept in execution order.
     Also returns node index -> why the delegate did not take it."""
     supported: set[int] = set()
     why_not: dict[int, str] = {}
@@ -39,6 +40,16 @@ def select_partitions(delegate, graph: Graph, skip: set[int] | frozenset[int] = 
         else:
             why_not[node.index] = verdict if isinstance(verdict, str) else "not supported"
     partitions = group_supported(graph, supported)
+    declined = getattr(delegate, "partition_declined", None)
+    if declined is not None:
+        kept = []
+        for p in partitions:
+            why = declined([graph.nodes[i] for i in p.nodes], graph)
+            if why:
+                why_not.update(dict.fromkeys(p.nodes, why))
+            else:
+                kept.append(p)
+        partitions = kept
     limit = getattr(delegate, "max_partitions", 0)
     if limit and len(partitions) > limit:
         weights = [delegate.partition_weight([graph.nodes[i] for i in p.nodes], graph) for p in partitions]

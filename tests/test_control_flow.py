@@ -55,15 +55,20 @@ def test_while_loop_matches_litert(count):
 
 
 def test_while_body_runs_on_the_gpu():
-    """The loop body is partitioned and delegated like the main subgraph."""
+    """The loop body is partitioned and delegated like the main subgraph; the condition, a comparison of two
+    scalars, stays on the CPU (GpuDelegate.partition_declined: a round trip to the device every iteration for
+    nothing; partition.select_partitions, the policy LiteRT's interpreter follows too)."""
     delegate = shared_delegate("cl")
-    it = gd.Interpreter(model_content=while_model(), experimental_delegates=[delegate])
     x = np.random.default_rng(1).standard_normal((2, 3)).astype(F32)
+    it = gd.Interpreter(model_content=while_model(), experimental_delegates=[delegate])
     out = run(it, [x, np.array(3, I32)])
     assert_float_close(out[0], ((x * 0.5 + 1) * 0.5 + 1) * 0.5 + 1)
     assert it.num_subgraphs() == 3
-    body = it._run.subgraphs[2]
+    cond, body = it._run.subgraphs[1], it._run.subgraphs[2]
     assert {body.backend_of.get(n.index) for n in body.graph.nodes if n.op == "MUL"} == {"cl"}
+    (less,) = cond.graph.nodes
+    assert cond.backend_of.get(less.index, "cpu") == "cpu" and "scalars only" in cond.why_cpu[less.index], \
+        (cond.backend_of, cond.why_cpu)
 
 
 def if_model() -> bytes:
