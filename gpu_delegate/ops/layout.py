@@ -182,11 +182,14 @@ def _lower_concat(ctx: LowerContext, node: Node, parts: list[tuple[int, BHWC]], 
     starts = list(np.cumsum([0] + [view[axis] for _, view in parts[:-1]]))
     vec4 = all(same_layout(view, ctx.bhwc(t)) for t, view in parts) and \
         (axis != 3 or all(p % 4 == 0 for p in starts))
-    # OpenCL on a CPU: 4 pixels of a row per work item (opencl/concat.cl), where those lie in one part's vec4s
-    wide = ctx.cpu_opencl and vec4 and axis != 2
+    passes = range(0, len(parts), MAX_CONCAT_PARTS)
+    # OpenCL on a CPU: 4 pixels of a row per work item (opencl/concat.cl), where those lie in one part's vec4s, or
+    # where tensors (no constant) are joined along the channels inside slices in one pass (_joined16)
+    shifted = axis == 3 and len(passes) == 1 and all(
+        not ctx.is_const(t) and same_layout(view, ctx.bhwc(t)) for t, view in parts)
+    wide = ctx.cpu_opencl and axis != 2 and (vec4 or shifted)
     if activation:
         ctx.fuse_activation(node)
-    passes = range(0, len(parts), MAX_CONCAT_PARTS)
     for first in passes:
         inputs: dict[str, int] = {}
         consts: dict[str, str] = {}
@@ -222,6 +225,8 @@ def _lower_concat(ctx: LowerContext, node: Node, parts: list[tuple[int, BHWC]], 
         defines: Defines = {"PARTS": len(parts), "AXIS": axis, "VEC4": vec4, "FIRST": first,
                             "COUNT": len(vecs), "LAST_PASS": last}
         if wide:
+            if not vec4:
+                helpers += _joined16([(f"in{n}", view) for n, (_, view) in enumerate(parts)], starts)
             helpers += (f"#define PART_VEC16(k, b, y, x, s) {_chain(vec16s)}\n#define OUT_W {out}_W\n"
                         f"#define OUT_FINISH16(v, i) {out}_finish16(v, i BUFS)\n"
                         f"#define OUT_STORE16(i4, v, n) {out}_store16(i4, v, n)\n")
@@ -229,6 +234,28 @@ def _lower_concat(ctx: LowerContext, node: Node, parts: list[tuple[int, BHWC]], 
                        variants={"opencl": "concat"})
             continue
         ctx.kernel("concat", inputs, {out: dst}, consts, defines, grid=ctx.grid(dst), helpers=helpers)
+
+
+def _joined16(parts: list[tuple[str, BHWC]], starts: list[int]) -> str:
+    """``float16 joined16(int b, int y, int x0, int s)``: output slice s of 4 pixels from x0 of tensors joined along
+    the channels at ``starts``, part by part: a part starting at lane o of a slice fills its lanes of the output slice
+    from two of its own slices, the lanes shifted by o (a shuffle the compiler sees), selected where the part's
+    channels lie. Every part is read, a slice clamped into it where it has none there; opencl/concat.cl (JOINED16)."""
+    lines = ["float16 joined16(int b, int y, int x0, int s BUFS_DECL) {", "  float16 v = (float16)(0.0f);",
+             "  int4 c4 = (int4)(4 * s) + (int4)(0, 1, 2, 3);", "  int16 c = (int16)(c4, c4, c4, c4);"]
+    for (arg, (_, h, w, channels)), start in zip(parts, starts):
+        ps, o = slices(channels), int(start) % 4
+        index = f"((b * {ps} + clamp(%s, 0, {ps - 1})) * {h} + y) * {w} + x0"
+        lines.append(f"  {{ int sl = s - {int(start) // 4};")
+        lines.append(f"    float16 hi = {arg}_read16({index % 'sl'});")
+        if o:
+            lines.append(f"    float16 lo = {arg}_read16({index % '(sl - 1)'});")
+            picks = [f"lo.s{4 * p + j - o + 4:x}" if j < o else f"hi.s{4 * p + j - o:x}" for p in range(4)
+                     for j in range(4)]
+            lines.append(f"    hi = (float16)({', '.join(picks)});")
+        lines.append(f"    v = select(v, hi, (c >= (int16)({start})) & (c < (int16)({start + channels}))); }}")
+    lines += ["  return v;", "}", "#define JOINED16(b, y, x0, s) joined16(b, y, x0, s BUFS)"]
+    return "\n".join(lines) + "\n"
 
 
 def _chain(values: Mapping[int, object]) -> str:
