@@ -12,7 +12,22 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..graph import ACT_NONE, ACT_RELU, ACT_RELU6, ACT_RELU_N1_TO_1, ACT_TANH
 from .activation import apply_activation
+from .jit import njit
+
+# the cell activations _plain_steps computes (TFLite's fused activation codes)
+_PLAIN_ACTIVATIONS = (ACT_NONE, ACT_RELU, ACT_RELU6, ACT_RELU_N1_TO_1, ACT_TANH)
+_HALF, _ONE, _ZERO, _SIX = np.float32(0.5), np.float32(1.0), np.float32(0.0), np.float32(6.0)
+# Eigen's float tanh (generic_fast_tanh_float), which LiteRT's LSTM kernels apply: an odd rational function of
+# degrees 13 and 6 on [-7.9, 7.9], where the float32 result is +-1; x itself below 4e-4. Arithmetic only, so
+# numba vectorizes a loop of it (libm's tanhf, called per value, was most of a 64-unit cell's step).
+_TANH_CLAMP, _TANH_TINY = np.float32(7.90531110763549805), np.float32(0.0004)
+_TANH_P = tuple(np.float32(a) for a in (-2.76076847742355e-16, 2.00018790482477e-13, -8.60467152213735e-11,
+                                         5.12229709037114e-08, 1.48572235717979e-05, 6.37261928875436e-04,
+                                         4.89352455891786e-03))
+_TANH_Q = tuple(np.float32(b) for b in (1.19825839466702e-06, 1.18534705686654e-04, 2.26843463243900e-03,
+                                         4.89352518554385e-03))
 
 
 @dataclass
@@ -86,6 +101,10 @@ def lstm_sequence(x: np.ndarray, w: LstmWeights, h: np.ndarray, c: np.ndarray, a
     proj_w = None if w.projection_w is None else np.ascontiguousarray(w.projection_w.astype(f32).T)
     proj_b = None if w.projection_b is None else w.projection_b.astype(f32)
     outputs = np.empty((x.shape[0], x.shape[1], h.shape[1]), f32)
+    if not (peephole or norm or w.diagonal_recurrent or proj_w is not None) and activation in _PLAIN_ACTIVATIONS:
+        # the LSTM Keras and tf_keras convert to: the steps in one compiled loop, not ~10 numpy calls a step
+        _plain_steps(np.ascontiguousarray(xw), rec, h, c, cifg, activation, f32(cell_clip), outputs)
+        return outputs, h, c
 
     for t in range(x.shape[0]):
         z = xw[t] + (np.tile(h, len(gates)) * rec if w.diagonal_recurrent else h @ rec)
@@ -121,3 +140,63 @@ def basic_lstm_cell(x: np.ndarray, prev_activation: np.ndarray, weights: np.ndar
     state = _sigmoid(input_gate) * np.tanh(new_input) + _sigmoid(forget_gate) * np.asarray(prev_state, f32)
     activation = _sigmoid(output_gate) * np.tanh(state)
     return activation, state, concat, pre
+
+
+@njit(cache=True, nogil=True)
+def _tanh1(v: np.float32) -> np.float32:
+    x = min(max(v, -_TANH_CLAMP), _TANH_CLAMP)
+    x2 = x * x
+    p = _TANH_P[0]
+    for a in _TANH_P[1:]:
+        p = p * x2 + a
+    q = _TANH_Q[0]
+    for b in _TANH_Q[1:]:
+        q = q * x2 + b
+    return v if abs(v) < _TANH_TINY else x * p / q
+
+
+@njit(cache=True, nogil=True)
+def _activate(v: np.float32, code: int) -> np.float32:
+    if code == ACT_RELU:
+        return max(v, _ZERO)
+    if code == ACT_RELU6:
+        return min(max(v, _ZERO), _SIX)
+    if code == ACT_RELU_N1_TO_1:
+        return min(max(v, -_ONE), _ONE)
+    if code == ACT_TANH:
+        return _tanh1(v)
+    return v
+
+
+@njit(cache=True, nogil=True)
+def _sigmoid1(v: np.float32) -> np.float32:
+    return _HALF * _tanh1(_HALF * v) + _HALF
+
+
+@njit(cache=True, nogil=True)
+def _plain_steps(xw: np.ndarray, rec: np.ndarray, h: np.ndarray, c: np.ndarray, cifg: bool, activation: int,
+                 cell_clip: np.float32, outputs: np.ndarray) -> None:
+    """lstm_sequence's loop for a cell without peepholes, layer norm or projection, h and c updated in place:
+    xw [time, batch, gates * n_cell] (the input part and bias), rec [n_output, gates * n_cell], the gates side by
+    side (input, forget, cell, output; no input gate under CIFG)."""
+    steps, batch, width = xw.shape
+    n = c.shape[1]
+    first = 0 if cifg else n  # the forget gate's first column
+    z = np.empty(width, np.float32)
+    for t in range(steps):
+        for b in range(batch):
+            for j in range(width):
+                z[j] = xw[t, b, j]
+            for k in range(h.shape[1]):  # the recurrent product, a row of rec at a time (the inner loop vectorizes)
+                hk = h[b, k]
+                for j in range(width):
+                    z[j] += hk * rec[k, j]
+            for u in range(n):
+                forget = _sigmoid1(z[first + u])
+                inp = _ONE - forget if cifg else _sigmoid1(z[u])
+                cell = forget * c[b, u] + inp * _activate(z[first + n + u], activation)
+                if cell_clip > 0:
+                    cell = min(max(cell, -cell_clip), cell_clip)
+                c[b, u] = cell
+                h[b, u] = _sigmoid1(z[first + 2 * n + u]) * _activate(cell, activation)
+                outputs[t, b, u] = h[b, u]
