@@ -296,7 +296,8 @@ class GpuKernel(DelegateKernel):
             x = tensors[t]
             tensor = graph.tensors[t]
             limit = self.int_limits.get(t, GPU_EXACT_INT)
-            if x.dtype == np.int32 and x.size and (x.min() < -limit or x.max() > limit):
+            if x.dtype == np.int32 and x.size and (abs(x.item()) > limit if x.size == 1 else  # a loop's counter
+                                                   x.min() < -limit or x.max() > limit):
                 # int32 lanes are float32 on the device: exact to 2**24 only, so this invoke runs on the CPU
                 log.warning("GpuDelegate: tensor %r holds int32 values beyond %d; nodes %s run on the CPU this "
                             "invoke", tensor.name, limit, _span(self.nodes))
