@@ -163,6 +163,22 @@ def test_int32_added_to_beyond_its_bound_runs_on_the_cpu(backend, caplog):
     assert any(str((1 << 24) - (1 << 16)) in r.getMessage() for r in caplog.records), caplog.records
     small = np.array([[(1 << 24) - (1 << 16), -7, 9, 100]], np.int32)
     np.testing.assert_array_equal(run(it, [small])[0], run_litert(content, [small])[0])
+    # one value (a loop's counter, checked by its item), broadcast against the constant
+    mb = ModelBuilder()
+    i = mb.input("i", [1], np.int32)
+    y = mb.tensor("y", [4], np.int32)
+    mb.op("ADD", [i, mb.const("c", np.array([3, -5, 65536, -65536], np.int32))], [y])
+    mb.output(y)
+    content = mb.build()
+    it = gd.Interpreter(model_content=content, experimental_delegates=[shared_delegate(backend)])
+    assert [d["backend"] for d in it.get_ops_details()] == [backend]
+    caplog.clear()
+    for value, warned in ((-(1 << 24) + (1 << 16) - 1, True), ((1 << 24) - (1 << 16), False), (-77, False)):
+        with caplog.at_level(logging.WARNING, logger="gpu_delegate"):
+            got = run(it, [np.array([value], np.int32)])[0]
+        np.testing.assert_array_equal(got, value + np.array([3, -5, 65536, -65536], np.int64))
+        assert any("beyond" in r.getMessage() for r in caplog.records) == warned, (value, caplog.records)
+        caplog.clear()
 
 
 def test_shape_arithmetic_stays_on_the_cpu(backend):
