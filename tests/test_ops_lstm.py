@@ -72,7 +72,11 @@ CONFIGS = {
     "layer_norm": {"layer_norm": True},
     "layer_norm_cifg_peephole": {"layer_norm": True, "cifg": True, "peephole": True, "time_major": False},
     "clipping": {"projection": True, "cell_clip": 0.4, "proj_clip": 0.3},
+    # the cells that cpu/lstm._plain_steps runs (no peephole, layer norm or projection): clipped, other activations
+    "clipping_plain": {"cell_clip": 0.4},
     "relu6": {"activation": "RELU6", "peephole": True},
+    "relu6_plain": {"activation": "RELU6", "cifg": True},
+    "relu_plain_batch_major": {"activation": "RELU", "time_major": False},
     "diagonal_recurrent": {"diagonal": True},
     "single_step_odd_sizes": {"time": 1, "batch": 1, "n_input": 13, "n_cell": 5},
 }
@@ -85,8 +89,11 @@ def test_lstm_matches_litert(name):
     ref = run_litert(content, [x])[0]
     ours = run_ours(content, [x])[0]
     assert_float_close(ours, ref, what=name)
-    if CONFIGS[name].get("cell_clip"):
+    if CONFIGS[name].get("proj_clip"):
         assert np.abs(ref).max() <= 0.3 + 1e-6  # the clip was active
+    elif CONFIGS[name].get("cell_clip"):  # |h| <= tanh(|c|) <= tanh(0.4), and the clip changed the outputs
+        unclipped = run_litert(lstm_model(**{**CONFIGS[name], "cell_clip": 0.0}), [x])[0]
+        assert np.abs(ref).max() <= np.tanh(0.4) + 1e-6 and not np.allclose(ref, unclipped, atol=1e-3)
 
 
 def test_lstm_state_carries_over_invokes_and_resets_on_reallocation():
