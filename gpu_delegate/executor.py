@@ -13,7 +13,6 @@ import logging
 import time
 import weakref
 from collections.abc import Callable, Iterator, MutableMapping, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -231,6 +230,28 @@ class SubgraphRun:
         self.planned_for = None
 
 
+class _Nested:
+    """ModelRun._nested: subgraph ``index`` entered one level deeper, refused past MAX_CALL_DEPTH (a class, not a
+    generator: a loop enters its condition and body every iteration)."""
+
+    __slots__ = ("run", "index")
+
+    def __init__(self, run: ModelRun, index: int) -> None:
+        self.run, self.index = run, index
+
+    def __enter__(self) -> SubgraphRun:
+        run = self.run
+        if run._depth >= MAX_CALL_DEPTH:
+            raise ModelError(f"{run.source}: subgraphs call each other more than {MAX_CALL_DEPTH} deep "
+                             f"(at subgraph {self.index}): a cycle?")
+        sub = run.subgraph(self.index)
+        run._depth += 1
+        return sub
+
+    def __exit__(self, *exc: object) -> None:
+        self.run._depth -= 1
+
+
 class ModelRun:
     """A model's subgraphs and state, and the `ops.base.Runtime` its control-flow and variable ops use."""
 
@@ -252,16 +273,8 @@ class ModelRun:
             raise ModelError(f"{self.source}: subgraph {index} does not exist (the model has {len(self.subgraphs)})")
         return self.subgraphs[index]
 
-    @contextmanager
-    def _nested(self, index: int) -> Iterator[SubgraphRun]:
-        if self._depth >= MAX_CALL_DEPTH:
-            raise ModelError(f"{self.source}: subgraphs call each other more than {MAX_CALL_DEPTH} deep "
-                             f"(at subgraph {index}): a cycle?")
-        self._depth += 1
-        try:
-            yield self.subgraph(index)
-        finally:
-            self._depth -= 1
+    def _nested(self, index: int) -> _Nested:
+        return _Nested(self, index)
 
     # -- ops.base.Runtime ----------------------------------------------------------------------------------
     def graph(self, subgraph: int) -> Graph:
@@ -273,12 +286,17 @@ class ModelRun:
             if len(inputs) != len(graph.inputs):
                 raise ModelError(f"{self.source}: subgraph {subgraph} takes {len(graph.inputs)} inputs, "
                                  f"is called with {len(inputs)}")
+            changed = False
             for t, x in zip(graph.inputs, inputs):
                 if x.dtype != graph.tensors[t].dtype:
                     raise ModelError(f"{self.source}: subgraph {subgraph} input {t} is {graph.tensors[t].dtype}, "
                                      f"is called with {x.dtype}")
-                sub.input_shapes[t] = tuple(x.shape)
-            if not sub.allocated or sub.planned_for != tuple(sorted(sub.input_shapes.items())):
+                if sub.input_shapes[t] != x.shape:
+                    sub.input_shapes[t] = tuple(x.shape)
+                    changed = True
+            # the plan stands while no input changed its shape, nothing freed it and the interpreter kept it (a
+            # loop calls its condition and body every iteration: no sorted key of the shapes each time)
+            if changed or not sub.allocated or sub.planned_for is None:
                 sub.allocate()
             for t, x in zip(graph.inputs, inputs):
                 sub.values[t] = x
