@@ -18,10 +18,12 @@ name with fp32, else fp16), on the same backend: "int8 / float".
 With --baseline PACKAGE (another copy of the package importable under that name, say the fork point's
 gpu_delegate renamed gpu_delegate_old on PYTHONPATH), each backend also runs on that package, "cl (old)", in the
 same rounds: a change measured A/B in one process. Each interpreter's turn starts with an untimed invoke (PoCL's
-loaded kernels are shared by the process's plans).
+loaded kernels are shared by the process's plans). Against a copy of the same tree the package built later ran up to
+1.12x faster (the text transformer int8, 7 rounds of 10; README): --baseline_first builds the baseline's
+interpreters first, so that a change can be measured both ways.
 
     python bench/speed.py [--models DIR] [--rounds 7] [--runs 5] [--backends cl,cl-tuned,gl] [--only v1_224_fp32,...]
-                          [--baseline gpu_delegate_old] [--fp16] [--output_json F]
+                          [--baseline gpu_delegate_old [--baseline_first]] [--fp16] [--output_json F]
 """
 
 from __future__ import annotations
@@ -42,11 +44,13 @@ INT8_FLAVOURS = ("_int8io", "_uint8io", "_int8")  # the longer suffix first
 FLOAT_TWINS = ("_fp32", "_fp16")
 
 
-def make_interpreters(path: Path, backends: list[str], baseline: str = "", fp16: bool = False) -> dict:
+def make_interpreters(path: Path, backends: list[str], baseline: str = "", fp16: bool = False,
+                      baseline_first: bool = False) -> dict:
     from ai_edge_litert.interpreter import Interpreter as LiteRT
 
     its = {"LiteRT": LiteRT(model_path=str(path), num_threads=2)}
-    for package in ["gpu_delegate", *([baseline] if baseline else [])]:
+    packages = ["gpu_delegate", *([baseline] if baseline else [])]
+    for package in reversed(packages) if baseline_first else packages:
         gd = importlib.import_module(package)
         for b in backends:
             api, _, tuned = b.partition("-")
@@ -72,11 +76,11 @@ def kernels_alone(runner) -> float:
 
 
 def bench_model(path: Path, backends: list[str], rounds: int, runs: int, baseline: str = "",
-                fp16: bool = False) -> list[dict]:
+                fp16: bool = False, baseline_first: bool = False) -> list[dict]:
     import gpu_delegate as gd
     from gpu_delegate import tools
 
-    its = make_interpreters(path, backends, baseline, fp16)
+    its = make_interpreters(path, backends, baseline, fp16, baseline_first)
     graph = gd.Interpreter(model_path=str(path)).graph
     macs = gd.GpuDelegate(backend="cl").partition_weight(graph.nodes, graph)
     rng = np.random.default_rng(0)
@@ -165,6 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--backends", default="cl,cl-tuned,gl", help="cl, gl, and either with -tuned, comma-separated")
     p.add_argument("--only", default="", help="MobileNets without 'mobilenet_' (v1_224_fp32,...), else substrings")
     p.add_argument("--baseline", default="", help="another package to run alongside (interleaved), e.g. the old one")
+    p.add_argument("--baseline_first", action="store_true", help="build the baseline's interpreters before ours")
     p.add_argument("--fp16", action="store_true", help="fp16 storage on the GPU (precision_loss_allowed)")
     p.add_argument("--output_json", type=Path)
     args = p.parse_args(argv)
@@ -176,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{args.rounds} interleaved rounds x {args.runs} invokes per model and interpreter; medians\n")
     rows = []
     for path in paths:
-        rows += bench_model(path, backends, args.rounds, args.runs, args.baseline, args.fp16)
+        rows += bench_model(path, backends, args.rounds, args.runs, args.baseline, args.fp16, args.baseline_first)
         print(f"{path.stem}: " + ", ".join(f"{r['backend']} {r['median_ms']:.2f} ms" for r in rows
                                            if r["model"] == path.stem), file=sys.stderr, flush=True)
     add_twin_ratios(rows)
