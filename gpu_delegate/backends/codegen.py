@@ -792,11 +792,12 @@ def _postop_step(k: int, p: PostOp, vec: str, expr: str, operand: str) -> str:
     return f"{{ {vec} o = {operand}; {vec} a = {a}; {vec} b = {b}; v = {expr}; }}"
 
 
-def render_steps(name: str, postops: list[PostOp]) -> str:
+def render_steps(name: str, postops: list[PostOp], constants: bool = False) -> str:
     """``FLT4 name(FLT4 v)``: post-ops that read no buffer and no constant (expressions of the value alone, and
     those of a value it kept: an activation, swish) applied to a value a kernel keeps to itself, such as a
-    squeeze-and-excite's hidden layer (kernels/dialect/squeeze_excite.dialect)."""
-    if not all(self_contained(p) for p in postops):
+    squeeze-and-excite's hidden layer (kernels/dialect/squeeze_excite.dialect). With ``constants``, fake-quant
+    steps too (value_steps), whose constants the kernel defines for the same post-ops (render_postops)."""
+    if not (value_steps(postops) if constants else all(self_contained(p) for p in postops)):
         raise ValueError(f"{name}: a post-op that reads a buffer or a constant has no place outside a stored result")
     body = "".join(f"  {_postop_step(k, p, 'FLT4', p.expr, f'kept{p.slot}')}\n" for k, p in enumerate(postops))
     return f"FLT4 {name}(FLT4 v) {{\n{body}  return v;\n}}\n"
@@ -845,11 +846,7 @@ def render_postops(postops: list[PostOp], dst_channels: int, language: str | Non
     lines.append("  return ZERO_PAD(v, s, dst_C);" if dst_channels % 4 else "  return v;")
     lines.append("}")
     if values:
-        if not value_steps(postops):
-            raise ValueError("postop_values: a post-op reads an operand, a table or the value's index")
-        lines += ["#define GD_POSTOP_VALUES 1", "FLT4 postop_values(FLT4 v) {"]
-        lines += [f"  {_postop_step(k, p, 'FLT4', p.expr, f'kept{p.slot}')}" for k, p in enumerate(postops)]
-        lines += ["  return v;", "}"]
+        lines += ["#define GD_POSTOP_VALUES 1", render_steps("postop_values", postops, constants=True).rstrip()]
     wide = [_wide_expr(p.expr) if p.kind == "expr" else "" for p in postops] if language == "opencl" else [None]
     has_wide = all(e is not None for e in wide)
     if has_wide:
