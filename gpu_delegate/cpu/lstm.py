@@ -73,41 +73,80 @@ def _gate(pre: dict[int, np.ndarray], g: int, cell: np.ndarray, peephole: dict[i
     return v
 
 
-def lstm_sequence(x: np.ndarray, w: LstmWeights, h: np.ndarray, c: np.ndarray, activation: int,
+@dataclass(frozen=True)
+class PreparedLstm:
+    """A cell's weights laid out for lstm_sequence, the gates side by side (so each step is one recurrent matmul):
+    derived from constants, so an op prepares them once per graph (ops/lstm.py)."""
+
+    gates: tuple[int, ...]  # input, forget, cell, output = 0..3; no input gate under CIFG
+    input_w: np.ndarray  # [n_input, gates * n_cell]
+    aux_w: np.ndarray | None  # [n_aux, gates * n_cell]
+    bias: np.ndarray | None  # [gates * n_cell], added to the input part unless layer norm adds it after normalizing
+    rec: np.ndarray  # [n_output, gates * n_cell], or [gates * n_cell] when diagonal
+    peephole: dict[int, np.ndarray]
+    norm: dict[int, tuple[np.ndarray, np.ndarray]]  # gate -> (layer-norm coefficients, bias)
+    proj_w: np.ndarray | None  # [n_cell, n_output]
+    proj_b: np.ndarray | None
+    diagonal: bool
+
+    @property
+    def cifg(self) -> bool:
+        return 0 not in self.gates
+
+    @property
+    def plain(self) -> bool:
+        """Whether _plain_steps computes the cell: no peepholes, layer norm, diagonal weights or projection."""
+        return not (self.peephole or self.norm or self.diagonal or self.proj_w is not None)
+
+
+def prepare_lstm(w: LstmWeights) -> PreparedLstm:
+    f32 = np.float32
+    gates = (1, 2, 3) if w.input_w[0] is None else (0, 1, 2, 3)
+    layer_norm = w.layer_norm[1] is not None
+
+    def side_by_side(ws: list[np.ndarray | None]) -> np.ndarray:
+        return np.concatenate([ws[g] for g in gates]).astype(f32)
+
+    rec = side_by_side(w.recurrent_w)
+    return PreparedLstm(
+        gates=gates,
+        input_w=np.ascontiguousarray(side_by_side(w.input_w).T),
+        aux_w=None if w.aux_input_w is None else np.ascontiguousarray(side_by_side(w.aux_input_w).T),
+        bias=None if layer_norm else side_by_side(w.bias),
+        rec=rec if w.diagonal_recurrent else np.ascontiguousarray(rec.T),
+        peephole={g: np.asarray(p, f32) for g in gates if (p := w.peephole[g]) is not None},
+        norm={g: (np.asarray(_given(w.layer_norm[g], "layer-norm coefficients", g), f32),
+                  np.asarray(_given(w.bias[g], "bias", g), f32)) for g in gates} if layer_norm else {},
+        proj_w=None if w.projection_w is None else np.ascontiguousarray(w.projection_w.astype(f32).T),
+        proj_b=None if w.projection_b is None else w.projection_b.astype(f32),
+        diagonal=w.diagonal_recurrent)
+
+
+def lstm_sequence(x: np.ndarray, p: PreparedLstm, h: np.ndarray, c: np.ndarray, activation: int,
                   cell_clip: float, proj_clip: float,
                   aux: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """x: [time, batch, n_input]; h: [batch, n_output]; c: [batch, n_cell]; aux: [time, batch, n_aux] with
-    w.aux_input_w, or None. Returns (outputs [time, batch, n_output], final h, final c)."""
+    p.aux_w, or None. Returns (outputs [time, batch, n_output], final h, final c)."""
     f32 = np.float32
     x = np.asarray(x, f32)
     h = np.array(h, f32)
     c = np.array(c, f32)
-    cifg = w.input_w[0] is None
-    gates = [1, 2, 3] if cifg else [0, 1, 2, 3]
-    layer_norm = w.layer_norm[1] is not None
-    # The gates side by side, so each step is one recurrent matmul. The input part of every step is computed
-    # up front, with the bias unless layer norm adds it after normalizing.
-    xw = x @ np.concatenate([w.input_w[g] for g in gates]).astype(f32).T  # [time, batch, gates * n_cell]
-    if aux is not None and w.aux_input_w is not None:
-        xw += np.asarray(aux, f32) @ np.concatenate([w.aux_input_w[g] for g in gates]).astype(f32).T
-    if not layer_norm:
-        xw += np.concatenate([w.bias[g] for g in gates]).astype(f32)
-    rec = np.concatenate([w.recurrent_w[g] for g in gates]).astype(f32)
-    if not w.diagonal_recurrent:
-        rec = np.ascontiguousarray(rec.T)  # [n_output, gates * n_cell]
-    peephole = {g: np.asarray(p, f32) for g in gates if (p := w.peephole[g]) is not None}
-    norm = {g: (np.asarray(_given(w.layer_norm[g], "layer-norm coefficients", g), f32),
-                np.asarray(_given(w.bias[g], "bias", g), f32)) for g in gates} if layer_norm else {}
-    proj_w = None if w.projection_w is None else np.ascontiguousarray(w.projection_w.astype(f32).T)
-    proj_b = None if w.projection_b is None else w.projection_b.astype(f32)
+    cifg, gates, peephole, norm, proj_w, proj_b = p.cifg, p.gates, p.peephole, p.norm, p.proj_w, p.proj_b
     outputs = np.empty((x.shape[0], x.shape[1], h.shape[1]), f32)
-    if not (peephole or norm or w.diagonal_recurrent or proj_w is not None) and activation in _PLAIN_ACTIVATIONS:
+    if p.plain and activation in _PLAIN_ACTIVATIONS and aux is None:
         # the LSTM Keras and tf_keras convert to: the steps in one compiled loop, not ~10 numpy calls a step
-        _plain_steps(np.ascontiguousarray(xw), rec, h, c, cifg, activation, f32(cell_clip), outputs)
+        bias = p.bias if p.bias is not None else np.zeros(p.input_w.shape[1], f32)
+        _plain_steps(np.ascontiguousarray(x), p.input_w, bias, p.rec, h, c, cifg, activation, f32(cell_clip),
+                     outputs)
         return outputs, h, c
-
+    xw = x @ p.input_w  # [time, batch, gates * n_cell]: the input part of every step, up front
+    if aux is not None and p.aux_w is not None:
+        xw += np.asarray(aux, f32) @ p.aux_w
+    if p.bias is not None:
+        xw += p.bias
+    rec = p.rec
     for t in range(x.shape[0]):
-        z = xw[t] + (np.tile(h, len(gates)) * rec if w.diagonal_recurrent else h @ rec)
+        z = xw[t] + (np.tile(h, len(gates)) * rec if p.diagonal else h @ rec)
         pre = dict(zip(gates, np.split(z, len(gates), axis=1)))
         forget = _sigmoid(_gate(pre, 1, c, peephole, norm))
         inp = f32(1) - forget if cifg else _sigmoid(_gate(pre, 0, c, peephole, norm))
@@ -174,20 +213,26 @@ def _sigmoid1(v: np.float32) -> np.float32:
 
 
 @njit(cache=True, nogil=True)
-def _plain_steps(xw: np.ndarray, rec: np.ndarray, h: np.ndarray, c: np.ndarray, cifg: bool, activation: int,
-                 cell_clip: np.float32, outputs: np.ndarray) -> None:
-    """lstm_sequence's loop for a cell without peepholes, layer norm or projection, h and c updated in place:
-    xw [time, batch, gates * n_cell] (the input part and bias), rec [n_output, gates * n_cell], the gates side by
-    side (input, forget, cell, output; no input gate under CIFG)."""
-    steps, batch, width = xw.shape
+def _plain_steps(x: np.ndarray, input_w: np.ndarray, bias: np.ndarray, rec: np.ndarray, h: np.ndarray,
+                 c: np.ndarray, cifg: bool, activation: int, cell_clip: np.float32, outputs: np.ndarray) -> None:
+    """lstm_sequence's loop for a cell without peepholes, layer norm, projection or aux input, h and c updated in
+    place: x [time, batch, n_input], input_w [n_input, gates * n_cell], bias [gates * n_cell], rec [n_output,
+    gates * n_cell], the gates side by side (input, forget, cell, output; no input gate under CIFG). Each gate's
+    sum is bias, then the input's products, then the recurrent ones, in LiteRT's order (lstm_eval.cc)."""
+    steps, batch, n_input = x.shape
+    width = bias.shape[0]
     n = c.shape[1]
     first = 0 if cifg else n  # the forget gate's first column
     z = np.empty(width, np.float32)
     for t in range(steps):
         for b in range(batch):
             for j in range(width):
-                z[j] = xw[t, b, j]
-            for k in range(h.shape[1]):  # the recurrent product, a row of rec at a time (the inner loop vectorizes)
+                z[j] = bias[j]
+            for k in range(n_input):  # a row of the weights at a time: the inner loop vectorizes
+                xk = x[t, b, k]
+                for j in range(width):
+                    z[j] += xk * input_w[k, j]
+            for k in range(h.shape[1]):
                 hk = h[b, k]
                 for j in range(width):
                     z[j] += hk * rec[k, j]

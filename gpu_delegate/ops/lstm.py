@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..cpu.lstm import LstmWeights, basic_lstm_cell, lstm_sequence
+from ..cpu.lstm import LstmWeights, PreparedLstm, basic_lstm_cell, lstm_sequence, prepare_lstm
 from ..cpu.quant import dequantize
 from ..errors import ModelError
 from ..graph import ACT_SIGN_BIT, Graph, Node, Tensor
@@ -198,20 +198,48 @@ def _weights(node: Node, inputs: list, cell: CellLayout, use_aux: bool = False) 
         aux_input_w=[inputs[aux + g] for g in range(4)] if use_aux and aux is not None else None)
 
 
-def _run_cell(node: Node, inputs: list, cell: CellLayout, x: np.ndarray, aux: np.ndarray | None = None,
-              reverse: bool = False) -> np.ndarray:
+def _prepared(node: Node, graph: Graph, inputs: list, cell: CellLayout, use_aux: bool) -> PreparedLstm:
+    """The cell's weights laid out for lstm_sequence: once per graph where they are constants (always, in converted
+    models), else at every run."""
+    def make() -> PreparedLstm:
+        return prepare_lstm(_weights(node, _float_weights(node, graph, inputs), cell, use_aux))
+
+    def constant() -> bool:
+        slots = [*range(cell.input_w, cell.input_w + 4), *range(cell.recurrent_w, cell.recurrent_w + 4),
+                 *range(cell.peephole, cell.peephole + 3), *range(cell.bias, cell.bias + 4), cell.projection_w,
+                 cell.projection_b]
+        if cell.layer_norm is not None:
+            slots += range(cell.layer_norm, cell.layer_norm + 4)
+        if use_aux and cell.aux_w is not None:
+            slots += range(cell.aux_w, cell.aux_w + 4)
+        return all(not _present(node, i) or graph.tensors[node.inputs[i]].data is not None for i in slots)
+
+    if graph.prepared(("lstm_constant", node.index, cell, use_aux), constant):
+        return graph.prepared(("lstm_cell", node.index, cell, use_aux), make)
+    return make()
+
+
+def _run_cell(node: Node, graph: Graph, inputs: list, cell: CellLayout, x: np.ndarray,
+              aux: np.ndarray | None = None, reverse: bool = False) -> np.ndarray:
     """Run one cell over time-major x, update its states in place; the outputs [time, batch, n_output]."""
     a = node.attrs
     h_state, c_state = inputs[cell.output_state], inputs[cell.cell_state]
     batch = x.shape[1]
     step = slice(None, None, -1) if reverse else slice(None)
-    out, h, c = lstm_sequence(x[step], _weights(node, inputs, cell, aux is not None), h_state.reshape(batch, -1),
-                              c_state.reshape(batch, -1), _activation(node), float(a.get("cell_clip", 0.0)),
-                              float(a.get("proj_clip", 0.0)), None if aux is None else aux[step])
+    out, h, c = lstm_sequence(x[step], _prepared(node, graph, inputs, cell, aux is not None),
+                              h_state.reshape(batch, -1), c_state.reshape(batch, -1), _activation(node),
+                              float(a.get("cell_clip", 0.0)), float(a.get("proj_clip", 0.0)),
+                              None if aux is None else aux[step])
     for state, value in ((h_state, h), (c_state, c)):
         if state.flags.writeable:
             state[...] = value.reshape(state.shape)
     return out[step]
+
+
+def _checked(node: Node, graph: Graph, inputs: list, infer) -> None:
+    """``infer`` (which checks every tensor's shape) on the inputs' shapes, once per graph and set of shapes."""
+    shapes = tuple(None if v is None else v.shape for v in inputs)
+    graph.prepared(("lstm_shapes", node.index, shapes), lambda: infer(node, graph, list(shapes)))
 
 
 def _shapes(node: Node, graph: Graph) -> list:
@@ -258,11 +286,10 @@ class UnidirectionalSequenceLstm(Op):
 
     @staticmethod
     def run_cpu(node, graph, inputs):
-        inputs = _float_weights(node, graph, inputs)
-        UnidirectionalSequenceLstm.infer(node, graph, [None if v is None else v.shape for v in inputs])
+        _checked(node, graph, inputs, UnidirectionalSequenceLstm.infer)
         time_major = bool(node.attrs.get("time_major", True))
         x = inputs[0] if time_major else inputs[0].transpose(1, 0, 2)
-        out = _run_cell(node, inputs, UNIDIRECTIONAL, x)
+        out = _run_cell(node, graph, inputs, UNIDIRECTIONAL, x)
         return [out if time_major else np.ascontiguousarray(out.transpose(1, 0, 2))]
 
 
@@ -332,8 +359,7 @@ class BidirectionalSequenceLstm(Op):
 
     @staticmethod
     def run_cpu(node, graph, inputs):
-        inputs = _float_weights(node, graph, inputs)
-        BidirectionalSequenceLstm._dims(node, [None if v is None else v.shape for v in inputs])
+        _checked(node, graph, inputs, lambda n, g, shapes: BidirectionalSequenceLstm._dims(n, shapes))
         time_major = bool(node.attrs.get("time_major", False))
 
         def tm(v: np.ndarray) -> np.ndarray:
@@ -343,8 +369,8 @@ class BidirectionalSequenceLstm(Op):
         cross_linked = inputs[FW_AUX_W + 1] is not None
         aux = tm(inputs[AUX_INPUT]) if cross_linked else None
         bw_x = tm(inputs[AUX_INPUT]) if inputs[AUX_INPUT] is not None and not cross_linked else x
-        fw = _run_cell(node, inputs, FORWARD, x, aux)
-        bw = _run_cell(node, inputs, BACKWARD, bw_x, aux, reverse=True)
+        fw = _run_cell(node, graph, inputs, FORWARD, x, aux)
+        bw = _run_cell(node, graph, inputs, BACKWARD, bw_x, aux, reverse=True)
         outs = [np.concatenate([fw, bw], axis=2)] if node.attrs.get("merge_outputs", False) else [fw, bw]
         return [o if time_major else np.ascontiguousarray(o.transpose(1, 0, 2)) for o in outs]
 
@@ -419,10 +445,10 @@ class Lstm(Op):
 
     @staticmethod
     def run_cpu(node, graph, inputs):
-        inputs = _float_weights(node, graph, inputs)
-        Lstm.infer(node, graph, [None if v is None else v.shape for v in inputs])
+        _checked(node, graph, inputs, Lstm.infer)
         if Lstm._kernel(node) == FULL_KERNEL:
-            return [_run_cell(node, inputs, UNIDIRECTIONAL, inputs[0][None])[0]]
+            return [_run_cell(node, graph, inputs, UNIDIRECTIONAL, inputs[0][None])[0]]
+        inputs = _float_weights(node, graph, inputs)
         activation, state, concat, gates = basic_lstm_cell(*inputs)
         for prev, new in ((inputs[1], activation), (inputs[4], state)):
             if prev.flags.writeable:
