@@ -475,7 +475,7 @@ def plan_to_json(plan: Plan) -> dict[str, Any]:
         "buffer_sizes": plan.buffer_sizes, "nodes": plan.nodes, "notes": plan.notes, "tuned": plan.tuned,
         "fp32_tensors": sorted(plan.fp32_tensors), "fp32_consts": sorted(plan.fp32_consts),
         "buffer_fp32": plan.buffer_fp32, "state_updates": [[a, b] for a, b in plan.state_updates.items()],
-        "dense": sorted(plan.dense),
+        "dense": sorted(plan.dense), "dense_copies": [[a, b] for a, b in plan.dense_copies.items()],
     }
 
 
@@ -501,7 +501,8 @@ def plan_from_json(d: dict[str, Any], blobs: dict[str, bytes]) -> Plan:
                 fp32_tensors={int(t) for t in d["fp32_tensors"]}, fp32_consts=set(d["fp32_consts"]),
                 buffer_fp32=[bool(f) for f in d["buffer_fp32"]],
                 state_updates={int(a): int(b) for a, b in d["state_updates"]},
-                dense={int(t) for t in d.get("dense", [])})
+                dense={int(t) for t in d.get("dense", [])},
+                dense_copies={int(a): int(b) for a, b in d.get("dense_copies", [])})
 
 
 def fingerprint(parts: list[Any]) -> str:

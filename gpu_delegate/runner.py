@@ -106,7 +106,7 @@ def kernel_spec(call: KernelCall, plan: Plan, precision: str,
         args.append(Arg(name, "in", plan.tensors[t], tensor_storage(t), plan.placement(t)))
         binds.append(("t", t))
     for name, t in call.outputs.items():
-        if t in plan.dense:  # a plain buffer of floats in the dense order (lowering/dense_outputs.py)
+        if plan.stored_dense(t):  # a plain buffer of floats in the dense order (lowering/dense_outputs.py)
             args.append(Arg(name, "out", precision=tensor_storage(t)))
         else:
             args.append(Arg(name, "out", plan.tensors[t], tensor_storage(t), plan.placement(t)))
@@ -253,7 +253,7 @@ class PlanRunner:
             (plan.tensors[t], storage(t), (*codes[t], feeds[t].dtype) if t in codes else None) for t in plan.inputs
             if t not in plan.dense]
         return self.backend.boundary_specs(inputs, [(plan.tensors[t], storage(t)) for t in plan.outputs
-                                                    if t not in plan.dense])
+                                                    if not plan.stored_dense(self._dense_of(t))])
 
     def compile(self, binaries: dict[str, bytes], progress: Progress | None = None, worker: bool = False) -> int:
         """Compile every kernel and the boundary's conversions (``boundary``), in as few driver programs as
@@ -452,9 +452,9 @@ class PlanRunner:
             self.calls.append((program, [self._bound_buffer(b) for b in binds]))
         self.bound = self.backend.bind(self.calls)
         self.input_routes = {}
-        self.output_routes = [OutputRoute.dense_floats(self.plan.tensors[t], self.tensor_buffer(t))
-                              if t in self.plan.dense else self.backend.output_route(self.tensor_buffer(t),
-                                                                                     self.plan.tensors[t])
+        self.output_routes = [OutputRoute.dense_floats(self.plan.tensors[t], self.tensor_buffer(self._dense_of(t)))
+                              if self.plan.stored_dense(self._dense_of(t)) else
+                              self.backend.output_route(self.tensor_buffer(t), self.plan.tensors[t])
                               for t in self.plan.outputs]
 
     def _bound_buffer(self, bind: Bind) -> Buffer:
@@ -492,13 +492,18 @@ class PlanRunner:
             raise ValueError(f"an array of shape {feed.shape} does not fill a tensor of shape {self.plan.tensors[t]}")
         self.backend.upload(self.tensor_buffer(t), feed if quant is None else dequantize(feed, *quant))
 
+    def _dense_of(self, t: int) -> int:
+        """The tensor holding output ``t`` in the dense order: ``t`` itself, or its dense copy where it has one."""
+        return self.plan.dense_copies.get(t, t)
+
     def _download(self, t: int) -> np.ndarray:
         """Output ``t`` as a dense float32 BHWC array, from PHWC4 or from the dense order it is stored in."""
-        if t not in self.plan.dense:
+        dense = self._dense_of(t)
+        if not self.plan.stored_dense(dense):
             return self.backend.from_device(self.tensor_buffer(t), self.plan.tensors[t])
         shape = self.plan.tensors[t]
         n = math.prod(shape)
-        return self.backend.download(self.tensor_buffer(t), math.ceil(n / 4))[:n].reshape(shape)
+        return self.backend.download(self.tensor_buffer(dense), math.ceil(n / 4))[:n].reshape(shape)
 
     def _input_route(self, t: int, quant: tuple[float, int] | None, dtype: np.dtype) -> InputRoute:
         codes: Codes | None = (*quant, dtype) if quant is not None else None

@@ -16,6 +16,7 @@ from .reference import (
     assert_float_close,
     assert_quant_close,
     need_models,
+    plan_of,
     random_inputs,
     run,
     run_litert,
@@ -283,6 +284,46 @@ def keras3_upsampling(shape: tuple[int, int, int, int], ky: int, kx: int) -> lis
             ("RESHAPE", ["t1", np.array([b, h * ky, w, 1, c], I32)], [("r2", [b, h * ky, w, 1, c])], {}),
             ("TILE", ["r2", np.array([1, 1, 1, kx, 1], I32)], [("t2", [b, h * ky, w, kx, c])], {}),
             ("RESHAPE", ["t2", np.array([b, h * ky, w * kx, c], I32)], [("up", [b, h * ky, w * kx, c])], {})]
+
+
+def dense_copies_model(batch: int) -> bytes:
+    """Feature maps of whole slices that are outputs and read by nodes too: a depthwise convolution's (its wide
+    stores of 4 pixels), a convolution's with a fused activation, an ADD's; one no node reads (the MUL's); 6-channel
+    ones (PHWC4 pads them: converted as before)."""
+    rng = np.random.default_rng(3)
+    f32 = np.float32
+    return build([("x", [batch, 9, 12, 8])], [
+        ("DEPTHWISE_CONV_2D", ["x", rng.standard_normal((1, 3, 3, 8)).astype(f32), rng.standard_normal(8).astype(f32)],
+         [("dw", [batch, 9, 12, 8])], {"padding": "SAME", "stride_w": 1, "stride_h": 1, "depth_multiplier": 1}),
+        ("CONV_2D", ["dw", rng.standard_normal((12, 3, 3, 8)).astype(f32), rng.standard_normal(12).astype(f32)],
+         [("cv", [batch, 5, 6, 12])], {"padding": "SAME", "stride_w": 2, "stride_h": 2,
+                                       "fused_activation_function": "RELU6"}),
+        ("MEAN", ["cv", np.array([1, 2], I32)], [("m", [batch, 12])], {"keep_dims": False}),
+        ("ADD", ["dw", np.array([0.5], f32)], [("a", [batch, 9, 12, 8])], {}),
+        ("MUL", ["a", "a"], [("sq", [batch, 9, 12, 8])], {}),
+        ("CONV_2D", ["a", rng.standard_normal((6, 1, 1, 8)).astype(f32), rng.standard_normal(6).astype(f32)],
+         [("six", [batch, 9, 12, 6])], {"padding": "SAME", "stride_w": 1, "stride_h": 1}),
+        ("ADD", ["six", "six"], [("six2", [batch, 9, 12, 6])], {}),
+    ], ["dw", "cv", "m", "a", "sq", "six", "six2"])
+
+
+def test_outputs_that_nodes_read_stored_dense_too(backend):
+    """On OpenCL an output of whole slices that nodes of the partition read as well is stored twice by its writers,
+    in PHWC4 and in the host's dense order, which the host reads as it is (lowering/dense_copies.py): LiteRT's
+    values, for one and two batches, float32 and float16 storage. GL converts them at the boundary."""
+    for batch in (1, 2):
+        content = dense_copies_model(batch)
+        inputs = random_inputs(content)
+        ref = run_litert(content, inputs)
+        for fp16 in (False, True):
+            it = gd.Interpreter(model_content=content, experimental_delegates=[delegate(backend, fp16)])
+            outs = run(it, inputs)
+            for name, o, r in zip(("dw", "cv", "m", "a", "sq", "six", "six2"), outs, ref, strict=True):
+                assert_float_close(o, r, rel=4e-3 if fp16 else 1e-5, what=f"batch {batch} fp16 {fp16} {name}")
+            copied = sorted(it.graph.tensors[t].name for t in plan_of(it).dense_copies)
+            # m, [batch, 12], is one row of 12-channel pixels (PHWC4 interleaves its slices) where batch is 2
+            want = ["a", "cv", "dw", *(["m"] if batch == 2 else []), "sq"]
+            assert copied == (want if backend == "cl" else []), copied
 
 
 def test_keras3_nearest_upsampling_is_one_resize(backend):

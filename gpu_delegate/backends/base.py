@@ -112,7 +112,7 @@ class OutputRoute:
     count: int  # values read from it
     dtype: np.dtype
     convert: list[Any]  # Backend.bind of the conversion out of the tensor; none when the host reorders
-    pixels: tuple[int, int] | None = None  # _pixels_in_order of the shape, where the host reorders
+    pixels: tuple[int, int] | None = None  # pixels_in_order of the shape, where the host reorders
     dense: bool = False  # ``source`` holds the values in the dense order already (no conversion)
 
     @classmethod
@@ -752,11 +752,11 @@ class Backend(ABC):
         """How an input reaches the PHWC4 ``tensor`` of ``shape`` every ``invoke``, set up once. Written straight
         into the tensor, no conversion kernel: a small one (at most HOST_REORDER_VEC4), reordered on the host
         into PHWC4 rows kept for it (zero padding written once), and one of any size that PHWC4 stores as it
-        is (``_pixels_in_order``, a whole number of slices: the array itself goes up). Any other is written
+        is (``pixels_in_order``, a whole number of slices: the array itself goes up). Any other is written
         into a staging buffer and converted by a kernel bound here. ``codes``: the input comes as int8/uint8
         codes, dequantized on the host on the first way, by the conversion on the second where the backend can."""
         shape = _bhwc(shape)
-        pixels = _pixels_in_order(shape)
+        pixels = pixels_in_order(shape)
         if vec4_count(shape) <= HOST_REORDER_VEC4 or pixels is not None and pixels[0] == 1:
             if pixels is not None and shape[3] % 4 == 0:
                 return InputRoute(tensor, shape, codes, None, None, [])
@@ -782,12 +782,12 @@ class Backend(ABC):
 
     def output_route(self, tensor: Buffer, shape: tuple[int, int, int, int]) -> OutputRoute:
         """How ``invoke`` reads the PHWC4 ``tensor`` of ``shape`` back as a dense float32 BHWC array: a small
-        one, or one that PHWC4 stores as it is but for padding channels (``_pixels_in_order``), as it is,
+        one, or one that PHWC4 stores as it is but for padding channels (``pixels_in_order``), as it is,
         reordered on the host; any other converted by a kernel bound here into a staging buffer, read from
         there."""
         shape = _bhwc(shape)
         n_vec4 = vec4_count(shape)
-        pixels = _pixels_in_order(shape)
+        pixels = pixels_in_order(shape)
         if n_vec4 <= HOST_REORDER_VEC4 or pixels is not None and pixels[0] == 1:
             return OutputRoute(shape, tensor, n_vec4 * 4, _STORAGE[tensor.precision], [], pixels)
         program = self._conversion("convert_from_phwc4", shape, tensor.precision, "fp32")
@@ -964,7 +964,7 @@ def _bhwc(shape: tuple[int, ...]) -> tuple[int, int, int, int]:
     return shape
 
 
-def _pixels_in_order(shape: BHWC) -> tuple[int, int] | None:
+def pixels_in_order(shape: BHWC) -> tuple[int, int] | None:
     """Where PHWC4 keeps the pixels of a BHWC ``shape`` in their dense order with their channels together (one
     pixel per batch, or one slice): PHWC4 is then the dense array as ``rows`` rows of ``per_row`` pixels, each
     row padded to whole slices; (rows, per_row), a single row wherever no padding sits between pixels. None

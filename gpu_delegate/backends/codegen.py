@@ -437,6 +437,16 @@ def _cl_accessors(spec: KernelSpec, a: Arg) -> str:
             return f"GD_VSTORE_HALF4({v}, {_at(a, index)}, {t}_buf)"
     if a.role != "out":
         return "\n".join(lines) + "\n"
+    if any(b.name == f"{t}_dense" for b in spec.args):
+        # an output the host reads, which kernels of the plan read too: each store also stores the vec4 at its place
+        # in the dense BHWC order, in t_dense, a float4 buffer (lowering/dense_copies.py: t_C is a multiple of 4)
+        lines.append(f"#define {t}_dense_of(i) {_dense_index(a)}")
+        plain = store
+
+        def store(index: str, v: str) -> str:
+            value = f"{t}_d_"
+            return (f"do {{ float4 {value} = {v}; {plain(index, value)}; "
+                    f"{t}_dense_buf[{t}_dense_of({index})] = {value}; }} while (0)")
     # t_store16(i4, v, n): the first n (of 4) vec4 of float16 v at indices i4.x, i4.y, ... as they are (the wide
     # kernels' stores, after t_finish16)
     v16, i4, n = f"{t}_v16_", f"{t}_i4_", f"{t}_n_"
@@ -464,6 +474,15 @@ def _cl_accessors(spec: KernelSpec, a: Arg) -> str:
         lines.append(f"#define {t}_store(i, v) {t}_write((i), (v))")
     lines.append(store16)
     return "\n".join(lines) + "\n"
+
+
+def _dense_index(a: Arg) -> str:
+    """The vec4 index in the dense BHWC order of PHWC4 vec4 ``i`` of ``a`` (whole slices: no padding lanes)."""
+    assert a.shape is not None
+    t, plane = a.name, f"({a.name}_H * {a.name}_W)"
+    if a.shape[0] == 1:
+        return f"(((i) % {plane}) * {t}_S + (i) / {plane})"
+    return f"((((i) / {plane} / {t}_S) * {plane} + (i) % {plane}) * {t}_S + ((i) / {plane}) % {t}_S)"
 
 
 def _finishes(spec: KernelSpec, a: Arg) -> bool:

@@ -26,6 +26,8 @@
     codes_only        an 8-bit tensor that integer convolutions alone read: its writers store its codes, not its values
                       (on the plan)
     dense_inputs      an input that convolutions alone read, read in the host's dense order (OpenCL; on the plan)
+    dense_copies      an output of whole slices: its writers store it in the host's dense order too, which the host
+                      reads instead of converting it (OpenCL; on the plan)
     memory            buffers shared between tensors whose lifetimes do not overlap
 
 Each pass returns a view.PassResult: what it applied, and what it declined with the reason. Op modules import

@@ -27,7 +27,7 @@ def run(plan: Plan) -> PassResult:
         for p in call.postops:
             if p.tensor_operand is not None:
                 touch(p.tensor_operand, k)
-    for t in plan.outputs:
+    for t in (*plan.outputs, *plan.dense_copies.values()):
         touch(t, last)
     sizes = {t: vec4_count(plan.tensors[t]) for t in first_use}
     slots: list[_Slot] = []

@@ -6,6 +6,7 @@ from ..graph import Graph
 from ..phwc4 import bhwc, collapse
 from . import (
     codes_only,
+    dense_copies,
     dense_inputs,
     dense_outputs,
     drop_reshape,
@@ -69,6 +70,7 @@ def build_plan(graph: Graph, nodes: list[int], inputs: list[int], outputs: list[
         {plan.storage(t) for t in ctx.fp32_tensors}
     results.append(codes_only.run(plan))
     results.append(dense_inputs.run(plan, graph, api))
+    results.append(dense_copies.run(plan, api))
     results.append(memory.run(plan))
     plan.notes = [note for r in results if r.name != "emit" for note in r.applied]
     return plan

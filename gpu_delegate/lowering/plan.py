@@ -172,6 +172,14 @@ class Plan:
     # inputs and outputs stored in the dense row-major BHWC order, float32, not in PHWC4 (lowering/dense_inputs.py,
     # dense_outputs.py)
     dense: set[int] = field(default_factory=set)
+    # output -> the dense float32 copy of it that its writers store besides PHWC4, which the host reads
+    # (lowering/dense_copies.py)
+    dense_copies: dict[int, int] = field(default_factory=dict)
+
+    def stored_dense(self, t: int) -> bool:
+        """Whether plan tensor ``t`` is a plain buffer of float32 values in the dense order: a dense input or output,
+        or an output's dense copy."""
+        return t in self.dense or t in self.dense_copies.values()
 
     def tensor_precision(self, t: int, precision: str) -> str:
         """The storage of plan tensor ``t`` when the delegate stores ``precision``."""
