@@ -512,6 +512,47 @@ def mixed_model() -> tuple[bytes, list[np.ndarray]]:
     return mb.build(), [rng.standard_normal([2, 8, 9, 5]).astype(np.float32)]
 
 
+def near_halves(scale: float, zero_point: int, size: int) -> np.ndarray:
+    """float32 values at and 1-2 ulps either side of every half between int8 codes of (scale, zero_point) but the
+    halves next to 0 (where OpenCL's QROUND may round a value an ulp below up), repeated to ``size`` values."""
+    codes = np.arange(-128, 127) - zero_point
+    halves = (codes[(codes != 0) & (codes != -1)] + 0.5) * scale
+    base = halves.astype(np.float32)
+    up1 = np.nextafter(base, np.float32(np.inf))
+    down1 = np.nextafter(base, np.float32(-np.inf))
+    values = np.concatenate([base, up1, np.nextafter(up1, np.float32(np.inf)), down1,
+                             np.nextafter(down1, np.float32(-np.inf))])
+    return np.resize(values, size)
+
+
+def test_quantize_rounds_the_correctly_rounded_quotient(backend):
+    """A float input's QUANTIZE rounds the correctly rounded quotient x / scale half away from zero, as LiteRT's
+    reference kernel does (its optimized ones multiply by the reciprocal and round halves to even), for values at
+    and 1-2 ulps either side of halves between codes: 3 channels (4 pixels a work item, a row's last alone) and 8.
+    GLSL's division may be 2.5 ulp off, so on GL a step either way."""
+    scale, zero_point = 0.05, -3
+    mb = ModelBuilder()
+    names = []
+    for name, shape in (("rgb", [1, 25, 17, 3]), ("wide", [1, 5, 7, 8])):
+        x = mb.input(name, shape)
+        q = mb.tensor(name + "_q", shape, np.int8, scale=scale, zero_point=zero_point)
+        mb.op("QUANTIZE", [x], [q])
+        names.append(q)
+    mb.output(*names)
+    content = mb.build()
+    inputs = [near_halves(scale, zero_point, 25 * 17 * 3).reshape(1, 25, 17, 3),
+              near_halves(scale, zero_point, 5 * 7 * 8)[::-1].reshape(1, 5, 7, 8)]
+    _, ours = run_gpu(content, inputs, backend)
+    for x, got, ref in zip(inputs, ours, run_litert(content, inputs, reference_kernels=True), strict=True):
+        quotient = (x / np.float32(scale)).astype(np.float64)  # float32 division: correctly rounded
+        want = np.clip(np.sign(quotient) * np.floor(np.abs(quotient) + 0.5) + zero_point, -128, 127).astype(np.int8)
+        np.testing.assert_array_equal(ref, want, err_msg="LiteRT's reference QUANTIZE")
+        if backend == "cl":
+            np.testing.assert_array_equal(got, want, err_msg="QUANTIZE on cl")
+        else:
+            assert np.abs(got.astype(np.int64) - want).max() <= 1
+
+
 @pytest.mark.parametrize("quantized", [False, True])
 def test_quantized_inference_option(backend, quantized):
     """enable_quantized_inference=False leaves every node that touches an int8 tensor to the CPU (with the
