@@ -10,6 +10,7 @@ variables and hash tables live in the ModelRun, shared by every subgraph, as in 
 from __future__ import annotations
 
 import logging
+import math
 import time
 import weakref
 from collections.abc import Callable, Iterator, MutableMapping, Sequence
@@ -19,14 +20,21 @@ import numpy as np
 
 from .delegate import DelegateKernel, SimpleDelegate
 from .dtypes import zeros
-from .errors import ModelError
+from .errors import KERNEL_FAULTS, ModelError
 from .graph import Graph, Model
-from .ops.base import LookupTable, Shape, get_op, run_node
+from .ops.base import CpuStep, LookupTable, Shape, get_op, run_node
 from .partition import Partition, schedule, select_partitions
 from .shapes import check_run_shape, check_total_size, resolve
 
 log = logging.getLogger("gpu_delegate")
 
+# A WHILE's condition and body whose tensors all hold at most this many values run on the CPU, delegates or not:
+# a delegated partition there is a round trip to the device every iteration, and the CPU's prepared steps
+# (Op.cpu_step) cost a few microseconds a node (tf_keras' GRU of 64 units, per iteration on PoCL: the body's
+# partition ~180 us, the CPU ~90). Its list of per-step outputs ([steps, batch, units]) is among the tensors.
+LOOP_ON_CPU_VALUES = 1 << 14
+LOOP_ON_CPU = f"a loop's condition or body of tensors of at most {LOOP_ON_CPU_VALUES} values runs on the CPU: " \
+    "each iteration on the device would be a round trip to it"
 # Subgraphs calling subgraphs (WHILE in WHILE) may nest this deep: a model whose subgraphs call each other in a
 # cycle fails with a ModelError instead of exhausting the stack.
 MAX_CALL_DEPTH = 64
@@ -96,6 +104,7 @@ class SubgraphRun:
         self.input_shapes: dict[int, Shape] = {t: graph.tensors[t].shape for t in graph.inputs}
         self.resolved = graph
         self.steps: list[int | Delegated] = []
+        self.prepared: dict[int, CpuStep] = {}  # CPU nodes run by their op's cpu_step
         self.values: list[np.ndarray | None] = [t.data for t in graph.tensors]
         self.backend_of: dict[int, str] = {}
         self.why_cpu: dict[int, str] = {}
@@ -113,7 +122,11 @@ class SubgraphRun:
         taken: set[int] = set()
         delegated: list[Delegated] = []
         why_not: dict[int, str] = {}
-        for delegate in self.model.delegates:
+        delegates = self.model.delegates
+        if delegates and self.graph.index in self.model.loop_subgraphs and _small_tensors(resolved):
+            delegates = []
+            why_not = {n.index: LOOP_ON_CPU for n in resolved.live_nodes}
+        for delegate in delegates:
             partitions, reasons = select_partitions(delegate, resolved, taken)
             for i, reason in reasons.items():
                 why_not.setdefault(i, reason)
@@ -129,6 +142,7 @@ class SubgraphRun:
         by_partition = {id(d.partition): d for d in delegated}
         self.steps = [by_partition[id(s)] if isinstance(s, Partition) else s
                       for s in schedule(resolved, [d.partition for d in delegated])]
+        self.prepared = _prepared_steps(resolved, self.steps)
         old = self.values
         self.values = [t.data for t in resolved.tensors]
         for t in self.graph.inputs:  # inputs already set keep their values while their shapes stand
@@ -199,6 +213,13 @@ class SubgraphRun:
 
     # -- running -------------------------------------------------------------------------------------------
     def invoke(self, profiler: Callable[[ProfileEvent], None] | None = None) -> None:
+        if not self.prepared:
+            self._run_steps(profiler)
+            return
+        with np.errstate(all="ignore"):  # once, not in each prepared step: inf and nan as TFLite gives them
+            self._run_steps(profiler)
+
+    def _run_steps(self, profiler: Callable[[ProfileEvent], None] | None) -> None:
         values = self.values
         graph = self.resolved
         where = self.model.source
@@ -210,6 +231,17 @@ class SubgraphRun:
                     backend = self.backend_of.get(step.partition.nodes[0], step.backend)
                     profiler(ProfileEvent(tuple(step.partition.nodes), "DELEGATE", backend,
                                           time.perf_counter() - start, graph.index))
+                continue
+            prepared = self.prepared.get(step)
+            if prepared is not None:
+                try:
+                    prepared(values)
+                except KERNEL_FAULTS as e:
+                    raise ModelError(f"{where + ': ' if where else ''}{graph.nodes[step]} cannot run: "
+                                     f"{type(e).__name__}: {e}") from None
+                if profiler:
+                    profiler(ProfileEvent((step,), graph.nodes[step].op, "cpu", time.perf_counter() - start,
+                                          graph.index))
                 continue
             node = graph.nodes[step]
             ins = [values[t] if t >= 0 else None for t in node.inputs]
@@ -228,6 +260,32 @@ class SubgraphRun:
         free_kernels([s.kernel for s in self.steps if isinstance(s, Delegated)])
         self.steps = []
         self.planned_for = None
+
+
+def _small_tensors(graph: Graph) -> bool:
+    """Whether every tensor of ``graph`` but its constants holds at most LOOP_ON_CPU_VALUES values (one known only
+    at run time counts as small: a slice of a loop's list)."""
+    return all(t.data is not None or t.dynamic or min(t.shape, default=0) < 0
+               or math.prod(t.shape) <= LOOP_ON_CPU_VALUES for t in graph.tensors)
+
+
+def _prepared_steps(graph: Graph, steps: list[int | Delegated]) -> dict[int, CpuStep]:
+    """The CPU nodes of ``steps`` that their op's cpu_step runs, each reading only tensors that hold a value by
+    then (constants, inputs, variables, what an earlier step wrote): the executor's checks are not needed there."""
+    written = {t.index for t in graph.tensors if t.data is not None or t.is_variable} | set(graph.inputs)
+    prepared: dict[int, CpuStep] = {}
+    for step in steps:
+        if isinstance(step, Delegated):
+            written.update(step.partition.outputs)
+            continue
+        node = graph.nodes[step]
+        op = get_op(node.op)
+        if op is not None and not op.needs_runtime and all(t < 0 or t in written for t in node.inputs):
+            fast = op.cpu_step(node, graph)
+            if fast is not None:
+                prepared[step] = fast
+        written.update(node.outputs)
+    return prepared
 
 
 class _Nested:
@@ -260,6 +318,9 @@ class ModelRun:
         self.delegates = list(delegates)
         self.source = source
         self.subgraphs = [SubgraphRun(self, g) for g in model.subgraphs]
+        # the subgraphs a WHILE runs as its condition and body
+        self.loop_subgraphs = {int(n.attrs[a]) for g in model.subgraphs for n in g.nodes if n.op == "WHILE"
+                               for a in ("cond_subgraph_index", "body_subgraph_index") if a in n.attrs}
         self.profiler: Callable[[ProfileEvent], None] | None = None
         self._handles: dict[tuple[str, str], int] = {}
         self._variables: dict[int, np.ndarray] = {}

@@ -14,24 +14,24 @@ from .reference import assert_float_close, litert_interpreter, run, run_litert, 
 I32, F32 = np.int32, np.float32
 
 
-def while_model() -> bytes:
-    """i, acc = 0, x; while i < n: i, acc = i + 1, acc * 0.5 + 1 (a loop whose count is an input)."""
+def while_model(shape: tuple[int, ...] = (2, 3)) -> bytes:
+    """i, acc = 0, x; while i < n: i, acc = i + 1, acc * 0.5 + 1 (a loop whose count is an input); x of ``shape``."""
     mb = ModelBuilder()
     cond, body = mb.add_subgraph("cond"), mb.add_subgraph("body")
-    x = mb.input("x", [2, 3])
+    x = mb.input("x", list(shape))
     n = mb.input("n", [], I32)
     i0 = mb.const("i0", np.array(0, I32))
-    i_out, acc_out, n_out = mb.tensor("i_out", [], I32), mb.tensor("acc_out", [2, 3]), mb.tensor("n_out", [], I32)
+    i_out, acc_out, n_out = mb.tensor("i_out", [], I32), mb.tensor("acc_out", list(shape)), mb.tensor("n_out", [], I32)
     mb.op("WHILE", [i0, x, n], [i_out, acc_out, n_out], cond_subgraph_index=cond, body_subgraph_index=body)
     mb.output(acc_out, i_out)
     mb.select(cond)
-    i, acc, limit = mb.input("i", [], I32), mb.input("acc", [2, 3]), mb.input("n", [], I32)
+    i, acc, limit = mb.input("i", [], I32), mb.input("acc", list(shape)), mb.input("n", [], I32)
     go = mb.tensor("go", [], np.bool_)
     mb.op("LESS", [i, limit], [go])
     mb.output(go)
     mb.select(body)
-    i, acc, limit = mb.input("i", [], I32), mb.input("acc", [2, 3]), mb.input("n", [], I32)
-    i1, half, acc1 = mb.tensor("i1", [], I32), mb.tensor("half", [2, 3]), mb.tensor("acc1", [2, 3])
+    i, acc, limit = mb.input("i", [], I32), mb.input("acc", list(shape)), mb.input("n", [], I32)
+    i1, half, acc1 = mb.tensor("i1", [], I32), mb.tensor("half", list(shape)), mb.tensor("acc1", list(shape))
     mb.op("ADD", [i, mb.const("one", np.array(1, I32))], [i1])
     mb.op("MUL", [acc, mb.const("h", np.array(0.5, F32))], [half])
     mb.op("ADD", [half, mb.const("c", np.array(1.0, F32))], [acc1])
@@ -55,12 +55,12 @@ def test_while_loop_matches_litert(count):
 
 
 def test_while_body_runs_on_the_gpu():
-    """The loop body is partitioned and delegated like the main subgraph; the condition, a comparison of two
-    scalars, stays on the CPU (GpuDelegate.partition_declined: a round trip to the device every iteration for
-    nothing; partition.select_partitions, the policy LiteRT's interpreter follows too)."""
+    """The body of a loop over large tensors is partitioned and delegated like the main subgraph; the condition, a
+    comparison of two scalars, stays on the CPU (GpuDelegate.partition_declined: a round trip to the device every
+    iteration for nothing; partition.select_partitions, the policy LiteRT's interpreter follows too)."""
     delegate = shared_delegate("cl")
-    x = np.random.default_rng(1).standard_normal((2, 3)).astype(F32)
-    it = gd.Interpreter(model_content=while_model(), experimental_delegates=[delegate])
+    x = np.random.default_rng(1).standard_normal((64, 300)).astype(F32)  # past executor.LOOP_ON_CPU_VALUES
+    it = gd.Interpreter(model_content=while_model((64, 300)), experimental_delegates=[delegate])
     out = run(it, [x, np.array(3, I32)])
     assert_float_close(out[0], ((x * 0.5 + 1) * 0.5 + 1) * 0.5 + 1)
     assert it.num_subgraphs() == 3
@@ -69,6 +69,23 @@ def test_while_body_runs_on_the_gpu():
     (less,) = cond.graph.nodes
     assert cond.backend_of.get(less.index, "cpu") == "cpu" and "scalars only" in cond.why_cpu[less.index], \
         (cond.backend_of, cond.why_cpu)
+
+
+def test_loop_of_small_tensors_runs_on_the_cpu():
+    """A loop whose tensors are small runs its condition and body on the CPU whatever the delegates (each iteration
+    on the device would be a round trip), each node through its op's prepared step (Op.cpu_step): LiteRT's
+    values, the nodes reported on the CPU with the reason."""
+    x = np.random.default_rng(2).standard_normal((2, 3)).astype(F32)
+    content = while_model()
+    it = gd.Interpreter(model_content=content, experimental_delegates=[shared_delegate("cl")])
+    out = run(it, [x, np.array(5, I32)])
+    ref = run_litert(content, [x, np.array(5, I32)])
+    assert_float_close(out[0], ref[0])
+    np.testing.assert_array_equal(out[1], ref[1])
+    body = it._run.subgraphs[2]
+    assert all(body.backend_of.get(n.index, "cpu") == "cpu" and "a loop's condition or body" in body.why_cpu[n.index]
+               for n in body.graph.nodes), (body.backend_of, body.why_cpu)
+    assert sorted(body.resolved.nodes[n].op for n in body.prepared) == ["ADD", "ADD", "MUL"], body.prepared
 
 
 def if_model() -> bytes:

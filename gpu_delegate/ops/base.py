@@ -9,6 +9,7 @@ An op is one class, registered under its TFLite name, that holds everything abou
         def check(node, graph): ...                # validate at load: ModelError naming what is wrong
         def infer(node, graph, shapes): ...        # output shapes from input shapes (and constants)
         def run_cpu(node, graph, inputs): ...      # the CPU kernel (numba, in gpu_delegate/cpu/)
+        def cpu_step(node, graph): ...             # optional: run_cpu prepared once for the executor
         def gpu_support(node, graph): ...          # True, or why the GPU path cannot take this node
         def lower(node, graph, ctx): ...           # the GPU kernel calls (kernels/), via lowering.context
         def gpu_expr(node, graph): ...             # elementwise ops: the result as a dialect expression
@@ -87,6 +88,10 @@ class Runtime(Protocol):
         ...
 
 
+# Op.cpu_step's result: called with a subgraph's tensor values (by tensor index), it writes the node's outputs there
+CpuStep = Callable[[list[np.ndarray | None]], None]
+
+
 class Op:
     name: ClassVar[str] = ""
     aliases: ClassVar[tuple[str, ...]] = ()
@@ -145,6 +150,15 @@ class Op:
     @staticmethod
     def run_cpu(node: Node, graph: Graph, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
         raise NotImplementedError
+
+    @classmethod
+    def cpu_step(cls, node: Node, graph: Graph) -> CpuStep | None:
+        """``run_cpu`` prepared once, for the executor to call at every run instead: its attributes, constants and
+        checks resolved now, it reads the node's inputs from a subgraph's list of values and writes its outputs
+        there in their tensors' dtypes (the executor checks nothing around it). For ops whose work on small tensors
+        costs less than the care the executor takes around run_cpu, run again and again by a loop's body; None
+        (the default, and where a node needs what only run_cpu does): the executor calls run_cpu."""
+        return None
 
     @staticmethod
     def infer_in(node: Node, graph: Graph, shapes: list[Shape | None], runtime: Runtime) -> list[Shape]:

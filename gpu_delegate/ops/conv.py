@@ -23,7 +23,7 @@ from ..graph import ACT_SIGN_BIT, ACT_TANH, Graph, Node, Tensor
 from ..lowering.context import LowerContext
 from ..lowering.postops import grid_defines, lookup_grid, table_rows
 from ..phwc4 import bhwc, slices, to_rows
-from .base import Defines, Op, as_f32, register, with_const
+from .base import CpuStep, Defines, Op, as_f32, register, with_const
 from .checks import (
     F32,
     I8,
@@ -577,6 +577,25 @@ class FullyConnected(Op):
         xs, shift = K.int8_range(x2)
         out = K.linear_quant(xs, quant_of(node, xt).scalar()[1] - shift, qm, int_bias(inputs, 2, o), rq)
         return [out.reshape(shape)]
+
+    @staticmethod
+    def cpu_step(node: Node, graph: Graph) -> CpuStep | None:
+        # float, of constant weights and bias and a static input shape: run_cpu's float path, its matrices once
+        xt, wt, bt = required_tensor(node, graph, 0), required_tensor(node, graph, 1), tensor_of(node, graph, 2)
+        yt = graph.tensors[node.outputs[0]]
+        if kind_of(node, xt, wt, bt, yt, out_axis=0, symmetric_int8=False) != FLOAT or wt.data is None or \
+                (bt is not None and bt.data is None) or xt.dynamic or min(xt.shape, default=0) < 0:
+            return None
+        constants: list[np.ndarray | None] = [None, wt.data, None if bt is None else bt.data]
+        wm = with_const(node, graph, 1, "fc_f32", lambda: K.weight_matrices(np.asarray(wt.data, np.float32), 1)[0])
+        bias = float_bias(node, graph, constants, 2)
+        lo, hi = K.float_range(activation(node))
+        x, y, k, shape = node.inputs[0], node.outputs[0], wt.shape[1], _fc_shape(node, xt.shape, wt.shape)
+
+        def step(values: list[np.ndarray | None]) -> None:
+            rows = np.asarray(values[x], np.float32).reshape(-1, k)
+            values[y] = K.linear_float(rows, wm, bias, lo, hi).reshape(shape)
+        return step
 
     @staticmethod
     def macs(node: Node, graph: Graph) -> int:

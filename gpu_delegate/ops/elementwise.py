@@ -51,7 +51,7 @@ from ..graph import ACT_NONE, ACT_RELU6, Graph, Node, Tensor
 from ..lowering.context import LowerContext
 from ..lowering.plan import CodeTable
 from ..phwc4 import slices
-from .base import Op, broadcast_shape, lower_elementwise, register
+from .base import CpuStep, Op, broadcast_shape, lower_elementwise, register
 from .checks import all_required, arity, check_type, is_quantized, per_tensor, quant_of, required, type_kinds
 
 Shapes = list[tuple[int, ...] | None]
@@ -88,6 +88,16 @@ def _same_type(node: Node, a: Tensor, b: Tensor) -> None:
             return f"{t.type_name or t.dtype}{' (quantized)' if is_quantized(t) else ''}"
         raise ModelError(f"{node}: tensors {a.index} ({a.name!r}) and {b.index} ({b.name!r}) must have the "
                          f"same type, are {kind(a)} and {kind(b)}")
+
+
+def _plain(*tensors: Tensor) -> bool:
+    """Whether every tensor is a plain float, integer or bool one (not quantized, not a string)."""
+    return all(t.dtype.kind in "fiub" and not is_quantized(t) for t in tensors)
+
+
+def _own_run_cpu(cls: type, base: type) -> bool:
+    """Whether ``cls`` or a class between it and ``base`` defines its own run_cpu."""
+    return any("run_cpu" in vars(k) for k in cls.__mro__[:cls.__mro__.index(base)])
 
 
 def _int_zero_check(node: Node, b: np.ndarray) -> None:
@@ -203,6 +213,18 @@ class _Unary(Op):
                 return [quantize(cls.compute(dequantize(x, *qi), node.attrs), *qo, ty.dtype)]
         with np.errstate(all="ignore"):  # log(0), sqrt(-1): inf and nan, as TFLite gives them
             return [cls.compute(x, node.attrs)]
+
+    @classmethod
+    def cpu_step(cls, node: Node, graph: Graph) -> CpuStep | None:
+        # plain tensors, where no subclass runs its own run_cpu (the executor ignores floating-point errors)
+        tx, ty = graph.tensors[node.inputs[0]], graph.tensors[node.outputs[0]]
+        if len(node.inputs) != 1 or not _plain(tx, ty) or _own_run_cpu(cls, _Unary):
+            return None
+        compute, attrs, x, y, dtype = cls.compute, node.attrs, node.inputs[0], node.outputs[0], ty.dtype
+
+        def step(values: list[np.ndarray | None]) -> None:
+            values[y] = np.asarray(compute(values[x], attrs), dtype)  # type: ignore[arg-type]
+        return step
 
     @classmethod
     def table(cls, node: Node, qi: tuple[float, int], qo: tuple[float, int], dtype: np.dtype) -> np.ndarray:
@@ -585,6 +607,21 @@ class _Binary(Op):
         if cls.fused:
             y = fused_clamp(y, node.attrs.get(_ACT, 0))
         return [y]
+
+    @classmethod
+    def cpu_step(cls, node: Node, graph: Graph) -> CpuStep | None:
+        # plain tensors, where no subclass runs its own run_cpu (the executor ignores floating-point errors)
+        tensors = [graph.tensors[t] for t in (*node.inputs, *node.outputs) if t >= 0]
+        if len(node.inputs) != 2 or -1 in node.inputs or not _plain(*tensors) or \
+                _own_run_cpu(cls, _Binary):
+            return None
+        compute, (a, b), y, dtype = cls.compute, node.inputs, node.outputs[0], tensors[-1].dtype
+        act = int(node.attrs.get(_ACT, 0)) if cls.fused else 0
+
+        def step(values: list[np.ndarray | None]) -> None:
+            v = compute(node, values[a], values[b])  # type: ignore[arg-type]
+            values[y] = np.asarray(fused_clamp(v, act) if act else v, dtype)
+        return step
 
     @classmethod
     def run_quantized(cls, node: Node, a: np.ndarray, b: np.ndarray, qa: tuple[float, int],

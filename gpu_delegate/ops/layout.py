@@ -29,7 +29,7 @@ from ..errors import DelegateError, ModelError
 from ..graph import ACT_NONE, ACT_SIGN_BIT, Graph, Node
 from ..lowering.context import LowerContext
 from ..phwc4 import BHWC, bhwc, same_layout, slices, to_rows
-from .base import Defines, Op, register
+from .base import CpuStep, Defines, Op, register
 from .checks import all_required, const_input, data_dependent, input_count, moves_grid_values, required, same_grid
 
 Shape = tuple[int, ...]
@@ -85,6 +85,11 @@ def _pieces(x: np.ndarray, axis: int, sizes: Sequence[int]) -> list[np.ndarray]:
     lead = (slice(None),) * axis
     ends = itertools.accumulate(sizes)
     return [x[(*lead, slice(end - size, end))] for size, end in zip(sizes, ends)]
+
+
+def _dynamic(graph: Graph, *tensors: int) -> bool:
+    """Whether any of ``tensors`` has a shape known only at run time."""
+    return any(graph.tensors[t].dynamic or min(graph.tensors[t].shape, default=0) < 0 for t in tensors)
 
 
 def _contiguous(arrays: list[np.ndarray]) -> list[np.ndarray]:
@@ -331,6 +336,18 @@ class Reshape(Op):
         return [x.reshape(shape)]
 
     @staticmethod
+    def cpu_step(node: Node, graph: Graph) -> CpuStep | None:
+        # a static output shape (shapes.resolve computed it): a view of the input
+        x, y = node.inputs[0], node.outputs[0]
+        if _dynamic(graph, x, y):
+            return None
+        shape = graph.tensors[y].shape
+
+        def step(values: list[np.ndarray | None]) -> None:
+            values[y] = values[x].reshape(shape)  # type: ignore[union-attr]
+        return step
+
+    @staticmethod
     def gpu_support(node: Node, graph: Graph) -> bool | str:
         return _gpu_check(node, graph)
 
@@ -451,6 +468,23 @@ class Concatenation(Op):
     @staticmethod
     def infer(node: Node, graph: Graph, shapes: Shapes) -> list[Shape]:
         return [_concat_shape(node, all_required(node, shapes))[1]]
+
+    @staticmethod
+    def cpu_step(node: Node, graph: Graph) -> CpuStep | None:
+        # plain tensors of a known rank (the parts' sizes along the axis may change: a loop's list)
+        out = graph.tensors[node.outputs[0]]
+        tensors = [graph.tensors[t] for t in node.inputs]
+        if out.quant is not None or out.dtype.kind not in "fiub" or any(t.quant is not None for t in tensors):
+            return None
+        axis = _axis(node, int(node.attrs.get("axis", 0)), len(out.shape))
+        act, dtype, parts, y = int(node.attrs.get("fused_activation_function", ACT_NONE)), out.dtype, node.inputs, \
+            node.outputs[0]
+
+        def step(values: list[np.ndarray | None]) -> None:
+            # parts that do not fit: numpy's ValueError, which the executor reports as the node's
+            joined = np.concatenate([values[t] for t in parts], axis).astype(dtype, copy=False)
+            values[y] = apply_activation(joined, act) if act != ACT_NONE else joined
+        return step
 
     @staticmethod
     def run_cpu(node: Node, graph: Graph, inputs: Inputs) -> list[np.ndarray]:
@@ -640,6 +674,20 @@ class Split(Op):
         return _contiguous(_pieces(x, axis, sizes))
 
     @staticmethod
+    def cpu_step(node: Node, graph: Graph) -> CpuStep | None:
+        # a constant axis and a static input shape: the pieces' bounds once
+        v, x = _const(node, graph, 0), node.inputs[1]
+        if v is None or _dynamic(graph, x, *node.outputs):
+            return None
+        axis, sizes = Split._plan(node, v, graph.tensors[x].shape)
+        outs = node.outputs
+
+        def step(values: list[np.ndarray | None]) -> None:
+            for y, piece in zip(outs, _contiguous(_pieces(values[x], axis, sizes))):  # type: ignore[arg-type]
+                values[y] = piece
+        return step
+
+    @staticmethod
     def gpu_support(node: Node, graph: Graph) -> bool | str:
         return _gpu_check(node, graph, data=(1,), params={0: "axis"},
                           plan=lambda n, g: Split._plan(n, const_input(n, g, 0, "axis"),
@@ -755,6 +803,19 @@ class Slice(Op):
         x = required(node, inputs, 0)
         begin, size = _slice_plan(node, required(node, inputs, 1), required(node, inputs, 2), x.shape)
         return _contiguous([x[tuple(slice(b, b + s) for b, s in zip(begin, size))]])
+
+    @staticmethod
+    def cpu_step(node: Node, graph: Graph) -> CpuStep | None:
+        # begin and size may change every run (a loop's TensorList item written at its counter): checked each time
+        x, b, s, y = *node.inputs, node.outputs[0]
+        if min(node.inputs) < 0:
+            return None
+
+        def step(values: list[np.ndarray | None]) -> None:
+            data = values[x]
+            begin, size = _slice_plan(node, values[b], values[s], data.shape)  # type: ignore[arg-type, union-attr]
+            (values[y],) = _contiguous([data[tuple(slice(i, i + n) for i, n in zip(begin, size))]])  # type: ignore[index]
+        return step
 
     @staticmethod
     def _const_plan(node: Node, graph: Graph, shape: Shape) -> tuple[list[int], list[int]]:
@@ -1051,6 +1112,28 @@ class Gather(Op):
             raise ModelError(f"{node}: gather index out of bounds: indices span [{indices.min()}, "
                              f"{indices.max()}] for a dimension of size {params.shape[axis]}")
         return [k.gather(params, indices, axis, bd)]
+
+    @staticmethod
+    def cpu_step(node: Node, graph: Graph) -> CpuStep | None:
+        # static shapes (the indices' values may change every run: bounds checked each time)
+        p, i, y = *node.inputs, node.outputs[0]
+        if graph.tensors[p].dtype == STRING or _dynamic(graph, p, i, y):
+            return None
+        params, indices = graph.tensors[p].shape, graph.tensors[i].shape
+        axis, bd = _gather_axes(node, params, indices)
+        size = params[axis]
+
+        def step(values: list[np.ndarray | None]) -> None:
+            where = values[i]
+            assert where is not None
+            low, high = (where.item(), where.item()) if where.size == 1 else \
+                (where.min(), where.max()) if where.size else (0, 0)
+            if low < 0 or high >= size:
+                raise ModelError(f"{node}: gather index out of bounds: indices span [{low}, {high}] for a dimension "
+                                 f"of size {size}")
+            # without batch dimensions GATHER is numpy's take (a loop body's one row: a tenth of k.gather's time)
+            values[y] = np.take(values[p], where, axis) if bd == 0 else k.gather(values[p], where, axis, bd)  # type: ignore[arg-type]
+        return step
 
     gpu_ints = True  # int32 params move exactly; run-time int32 indices are read from float32 storage
 
