@@ -218,8 +218,9 @@ def fused_clamp(x: np.ndarray, code: int) -> np.ndarray:
 
 
 def logistic(x: np.ndarray) -> np.ndarray:
-    with np.errstate(over="ignore"):
-        return (1 / (1 + np.exp(-x))).astype(x.dtype)
+    """1 / (1 + exp(-x)) in x's precision (the LOGISTIC op runs it with floating-point errors ignored: exp overflows
+    for x below about -88, to a result of 0)."""
+    return 1 / (1 + np.exp(-x))
 
 
 def elu(x: np.ndarray) -> np.ndarray:

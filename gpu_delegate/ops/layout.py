@@ -954,6 +954,26 @@ class StridedSlice(Op):
         return _contiguous([x.reshape(eff_shape)[index]])
 
     @staticmethod
+    def cpu_step(node: Node, graph: Graph) -> CpuStep | None:
+        # the plan once where begin, end and strides are constants and the input's shape static; else at each run
+        x, y, args = node.inputs[0], node.outputs[0], [node.inputs[i] for i in _STRIDED_ARGS]
+        if min(node.inputs) < 0:
+            return None
+        constants = [v for i in _STRIDED_ARGS if (v := _const(node, graph, i)) is not None]
+        if not _dynamic(graph, x) and len(constants) == len(_STRIDED_ARGS):
+            eff_shape, index = _strided_plan(node, graph.tensors[x].shape, *_strided_args(node, constants))
+
+            def fixed(values: list[np.ndarray | None]) -> None:
+                (values[y],) = _contiguous([values[x].reshape(eff_shape)[index]])  # type: ignore[union-attr]
+            return fixed
+
+        def step(values: list[np.ndarray | None]) -> None:
+            data = values[x]
+            shape, where = _strided_plan(node, data.shape, *_strided_args(node, [values[t] for t in args]))  # type: ignore[union-attr, misc]
+            (values[y],) = _contiguous([data.reshape(shape)[where]])  # type: ignore[union-attr]
+        return step
+
+    @staticmethod
     def _const_plan(node: Node, graph: Graph, shape: Shape) -> tuple[Shape, Index]:
         args = _strided_args(node, [const_input(node, graph, i, what) for i, what in _STRIDED_ARGS.items()])
         return _strided_plan(node, shape, *args)
