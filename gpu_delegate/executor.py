@@ -213,11 +213,17 @@ class SubgraphRun:
 
     # -- running -------------------------------------------------------------------------------------------
     def invoke(self, profiler: Callable[[ProfileEvent], None] | None = None) -> None:
-        if not self.prepared:
+        model = self.model
+        if not self.prepared or model.errors_ignored:
             self._run_steps(profiler)
             return
-        with np.errstate(all="ignore"):  # once, not in each prepared step: inf and nan as TFLite gives them
-            self._run_steps(profiler)
+        # once, not in each prepared step (nor in each call of a loop's body): inf and nan as TFLite gives them
+        model.errors_ignored = True
+        try:
+            with np.errstate(all="ignore"):
+                self._run_steps(profiler)
+        finally:
+            model.errors_ignored = False
 
     def _run_steps(self, profiler: Callable[[ProfileEvent], None] | None) -> None:
         values = self.values
@@ -236,6 +242,8 @@ class SubgraphRun:
             if prepared is not None:
                 try:
                     prepared(values)
+                except ModelError:
+                    raise
                 except KERNEL_FAULTS as e:
                     raise ModelError(f"{where + ': ' if where else ''}{graph.nodes[step]} cannot run: "
                                      f"{type(e).__name__}: {e}") from None
@@ -327,6 +335,7 @@ class ModelRun:
         self._tables: dict[int, LookupTable] = {}
         self._done: set[tuple[str, int]] = set()
         self._depth = 0
+        self.errors_ignored = False  # inside a subgraph's invoke that ignores floating-point errors
         self._shape_cache: dict[tuple[int, tuple[Shape, ...]], list[Shape | None]] = {}
 
     def subgraph(self, index: int) -> SubgraphRun:

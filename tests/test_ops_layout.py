@@ -292,6 +292,24 @@ def test_gather_int8_dynamic_indices():
         run_ours(content, [params, np.array([0, 1, 4, 0, 0], I32)])
 
 
+@pytest.mark.parametrize("shape,axis", [([7], 0), ([6, 1, 5], 0), ([3, 6, 2], 1), ([2, 3, 6], -1)])
+def test_gather_one_index_at_run_time(shape, axis):
+    """One run-time index (a loop body's step through its input sequence; the prepared step takes its slice):
+    LiteRT's values for each position, a 0-d output of 1-D params among them; an index past the end refused."""
+    content = model("GATHER", [In(shape), In([], I32)], [shape[:axis % len(shape)] + shape[axis % len(shape) + 1:]],
+                    axis=axis)
+    params = np.random.default_rng(5).standard_normal(shape).astype(np.float32)
+    size = shape[axis]
+    for index in range(size):
+        inputs = [params, np.array(index, I32)]
+        (ours,), (ref,) = run_ours(content, inputs), run_litert(content, inputs)
+        assert ours.shape == ref.shape and isinstance(ours, np.ndarray)
+        np.testing.assert_array_equal(ours, ref)
+    for bad in (size, -1):
+        with pytest.raises(gd.ModelError, match=r"GATHER.*out of bounds"):
+            run_ours(content, [params, np.array(bad, I32)])
+
+
 @pytest.mark.parametrize("axis", [-1, 0, 1])
 def test_one_hot(axis):
     idx_shape = [3, 2]

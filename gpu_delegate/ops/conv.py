@@ -592,9 +592,20 @@ class FullyConnected(Op):
         lo, hi = K.float_range(activation(node))
         x, y, k, shape = node.inputs[0], node.outputs[0], wt.shape[1], _fc_shape(node, xt.shape, wt.shape)
 
+        clamp, small = bool(lo > -np.inf or hi < np.inf), math.prod(shape) * k < K.MIN_WORK
+
         def step(values: list[np.ndarray | None]) -> None:
             rows = np.asarray(values[x], np.float32).reshape(-1, k)
-            values[y] = K.linear_float(rows, wm, bias, lo, hi).reshape(shape)
+            if not small:  # rows in blocks on the pool's threads
+                values[y] = K.linear_float(rows, wm, bias, lo, hi).reshape(shape)
+                return
+            # linear_float's arithmetic in numpy's calls: its numba pass costs more to call than a loop body's layer
+            out = rows @ wm
+            if bias is not None:
+                out += bias
+            if clamp:
+                np.clip(out, lo, hi, out=out)
+            values[y] = out.reshape(shape)
         return step
 
     @staticmethod
