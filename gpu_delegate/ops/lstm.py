@@ -33,7 +33,7 @@ from ..errors import ModelError
 from ..graph import ACT_SIGN_BIT, Graph, Node, Tensor
 from ..lowering.context import LowerContext
 from ..phwc4 import slices
-from .base import Defines, Op, register
+from .base import CpuStep, Defines, Op, register
 from .layout import _lower_concat
 
 
@@ -198,12 +198,8 @@ def _weights(node: Node, inputs: list, cell: CellLayout, use_aux: bool = False) 
         aux_input_w=[inputs[aux + g] for g in range(4)] if use_aux and aux is not None else None)
 
 
-def _prepared(node: Node, graph: Graph, inputs: list, cell: CellLayout, use_aux: bool) -> PreparedLstm:
-    """The cell's weights laid out for lstm_sequence: once per graph where they are constants (always, in converted
-    models), else at every run."""
-    def make() -> PreparedLstm:
-        return prepare_lstm(_weights(node, _float_weights(node, graph, inputs), cell, use_aux))
-
+def _constant_weights(node: Node, graph: Graph, cell: CellLayout, use_aux: bool) -> bool:
+    """Whether every weight of the cell is a constant (always, in converted models), decided once per graph."""
     def constant() -> bool:
         slots = [*range(cell.input_w, cell.input_w + 4), *range(cell.recurrent_w, cell.recurrent_w + 4),
                  *range(cell.peephole, cell.peephole + 3), *range(cell.bias, cell.bias + 4), cell.projection_w,
@@ -214,19 +210,29 @@ def _prepared(node: Node, graph: Graph, inputs: list, cell: CellLayout, use_aux:
             slots += range(cell.aux_w, cell.aux_w + 4)
         return all(not _present(node, i) or graph.tensors[node.inputs[i]].data is not None for i in slots)
 
-    if graph.prepared(("lstm_constant", node.index, cell, use_aux), constant):
+    return graph.prepared(("lstm_constant", node.index, cell, use_aux), constant)
+
+
+def _prepared(node: Node, graph: Graph, inputs: list, cell: CellLayout, use_aux: bool) -> PreparedLstm:
+    """The cell's weights laid out for lstm_sequence: once per graph where they are constants, else at every run."""
+    def make() -> PreparedLstm:
+        return prepare_lstm(_weights(node, _float_weights(node, graph, inputs), cell, use_aux))
+
+    if _constant_weights(node, graph, cell, use_aux):
         return graph.prepared(("lstm_cell", node.index, cell, use_aux), make)
     return make()
 
 
 def _run_cell(node: Node, graph: Graph, inputs: list, cell: CellLayout, x: np.ndarray,
-              aux: np.ndarray | None = None, reverse: bool = False) -> np.ndarray:
+              aux: np.ndarray | None = None, reverse: bool = False, prepared: PreparedLstm | None = None) -> np.ndarray:
     """Run one cell over time-major x, update its states in place; the outputs [time, batch, n_output]."""
     a = node.attrs
     h_state, c_state = inputs[cell.output_state], inputs[cell.cell_state]
     batch = x.shape[1]
     step = slice(None, None, -1) if reverse else slice(None)
-    out, h, c = lstm_sequence(x[step], _prepared(node, graph, inputs, cell, aux is not None),
+    if prepared is None:
+        prepared = _prepared(node, graph, inputs, cell, aux is not None)
+    out, h, c = lstm_sequence(x[step], prepared,
                               h_state.reshape(batch, -1), c_state.reshape(batch, -1), _activation(node),
                               float(a.get("cell_clip", 0.0)), float(a.get("proj_clip", 0.0)),
                               None if aux is None else aux[step])
@@ -291,6 +297,25 @@ class UnidirectionalSequenceLstm(Op):
         x = inputs[0] if time_major else inputs[0].transpose(1, 0, 2)
         out = _run_cell(node, graph, inputs, UNIDIRECTIONAL, x)
         return [out if time_major else np.ascontiguousarray(out.transpose(1, 0, 2))]
+
+    @staticmethod
+    def cpu_step(node: Node, graph: Graph) -> CpuStep | None:
+        # static shapes and constant weights: the checks and the weights' layout once
+        if any(graph.tensors[t].dynamic for t in node.inputs if t >= 0):
+            return None
+        if not _constant_weights(node, graph, UNIDIRECTIONAL, False):
+            return None
+        UnidirectionalSequenceLstm.infer(node, graph, _shapes(node, graph))
+        prepared = _prepared(node, graph, [None if t < 0 else graph.tensors[t].data for t in node.inputs],
+                             UNIDIRECTIONAL, False)
+        time_major, y, slots = bool(node.attrs.get("time_major", True)), node.outputs[0], node.inputs
+
+        def step(values: list[np.ndarray | None]) -> None:
+            inputs = [None if t < 0 else values[t] for t in slots]
+            x = inputs[0] if time_major else inputs[0].transpose(1, 0, 2)  # type: ignore[union-attr]
+            out = _run_cell(node, graph, inputs, UNIDIRECTIONAL, x, prepared=prepared)  # type: ignore[arg-type]
+            values[y] = out if time_major else np.ascontiguousarray(out.transpose(1, 0, 2))
+        return step
 
 
 @register
