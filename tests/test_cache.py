@@ -217,12 +217,12 @@ def test_cache_command_lists_and_clears(tmp_path):
 def _small_plan() -> Plan:
     relu = PostOp("expr", "max(a, SPLAT(0.0f))")
     bias = PostOp("expr", "a + b", operand="channel", source="b")
-    call = KernelCall("add", 0, {"a": 0, "b": 1}, {"dst": 2}, {}, {"N": 3, "S": 0.5}, (2, 3, 1),
+    call = KernelCall("add", 0, {"a": 0, "b": 1}, {"dst": 2, "dst_dense": 3}, {}, {"N": 3, "S": 0.5}, (2, 3, 1),
                       postops=[relu, bias], local_size=(2, 1, 1))
-    return Plan(tensors={0: (1, 3, 2, 5), 1: (1, 3, 2, 5), 2: (1, 3, 2, 5)},
+    return Plan(tensors={0: (1, 3, 2, 5), 1: (1, 3, 2, 5), 2: (1, 3, 2, 5), 3: (1, 3, 2, 5)},
                 consts={"b": np.arange(8, dtype=np.float32).reshape(2, 4)}, kernels=[call], inputs=[0, 1],
                 outputs=[2], aliases={2: 0}, buffer_of={0: 0, 1: 1}, buffer_sizes=[12, 12], nodes=[0],
-                notes=["fused RELU"], tuned=True, dense={2})
+                notes=["fused RELU"], tuned=True, dense={1}, dense_copies={2: 3})
 
 
 def test_store_then_load_gives_the_same_plan_and_binaries(tmp_path):
