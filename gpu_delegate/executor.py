@@ -20,7 +20,7 @@ import numpy as np
 
 from .delegate import DelegateKernel, SimpleDelegate
 from .dtypes import zeros
-from .errors import KERNEL_FAULTS, ModelError
+from .errors import KERNEL_FAULTS, MODEL_FAULTS, ModelError
 from .graph import Graph, Model
 from .ops.base import CpuStep, LookupTable, Shape, get_op, run_node
 from .partition import Partition, schedule, select_partitions
@@ -289,7 +289,10 @@ def _prepared_steps(graph: Graph, steps: list[int | Delegated]) -> dict[int, Cpu
         node = graph.nodes[step]
         op = get_op(node.op)
         if op is not None and not op.needs_runtime and all(t < 0 or t in written for t in node.inputs):
-            fast = op.cpu_step(node, graph)
+            try:
+                fast = op.cpu_step(node, graph)
+            except MODEL_FAULTS:
+                fast = None  # run_cpu says what is wrong when the node runs, as without prepared steps
             if fast is not None:
                 prepared[step] = fast
         written.update(node.outputs)
