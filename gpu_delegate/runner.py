@@ -124,8 +124,9 @@ def kernel_spec(call: KernelCall, plan: Plan, precision: str,
     postop_arg, wide = None, False
     constants: dict[str, float | int] = {}
     if call.postops:
-        # a one-channel dense input's copy (kernels/opencl/copy.cl) steps 4 pixels' values at once, unpadded
-        values = call.defines.get("DENSE_C") == 1 and language == "opencl" and value_steps(call.postops)
+        # a one- or three-channel dense input's copy (kernels/opencl/copy.cl) steps 4 pixels' values 4 at a time,
+        # unpadded
+        values = call.defines.get("DENSE_C") in (1, 3) and language == "opencl" and value_steps(call.postops)
         text, wide, constants = render_postops(call.postops, plan.tensors[call.outputs["dst"]][3], language, values)
         helpers, postop_arg = helpers + text, "dst"
     spec = KernelSpec(call.kernel, body, args, call.grid, {**call.defines, **constants}, helpers=helpers,

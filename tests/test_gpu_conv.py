@@ -255,9 +255,9 @@ def test_inputs_read_dense(backend):
     """On OpenCL an input that convolutions alone read is written as the host has it and read in that dense order
     (lowering/dense_inputs.py): channels past a slice (5, batch 2), a reshape dropped before it (an audio model's
     [1, T, 1]), grouped slices, a 1x1 convolution and a FULLY_CONNECTED; fp16 storage around it. On a CPU's OpenCL
-    an elementwise op's copy kernel reads one so too (4 pixels at a time, a row's last 2 one by one; one channel's
-    through steps of the value alone, as a TANH's, on 4 pixels at once). An input that
-    an ADD reads twice (the copy's source and its post-op's operand) stays PHWC4. GL converts them all."""
+    an elementwise op's copy kernel reads one so too (4 pixels at a time, a row's last 2 one by one; one or three
+    channels' through steps of the value alone, as a TANH's, on 4 pixels' values at once). An input that an ADD reads
+    twice (the copy's source and its post-op's operand) stays PHWC4. GL converts them all."""
     for fp16 in (False, True):
         b = Builder()
         x = b.input("x", [2, 9, 11, 5])
@@ -282,9 +282,10 @@ def test_inputs_read_dense(backend):
             b.op("MUL", [b.input(name, [2, 3, 9, c]), b.const(np.float32(0.5))], f"{name}_scaled", [2, 3, 9, c])
         # one channel, steps of the value alone: 4 pixels' values stepped as one vec4 (postop_values)
         b.op("TANH", [b.input("wave", [2, 3, 9, 1])], "wave_scaled", [2, 3, 9, 1])
+        b.op("TANH", [b.input("wave3", [2, 3, 9, 3])], "wave3_scaled", [2, 3, 9, 3])  # three channels: 3 vec4 of 4
         it = check_float(b, backend, fp16)
         plan = plan_of(it)
-        copies = ["e", "mono", "pair", "rgb", "wave"] if on_cpu_opencl(backend) else []
+        copies = ["e", "mono", "pair", "rgb", "wave", "wave3"] if on_cpu_opencl(backend) else []
         dense = sorted(b.mb.tensors[t]["name"] for t in plan.dense)
         assert dense == (sorted(["audio", "f", "g", "x", *copies]) if backend == "cl" else []), plan.notes
         readers = sorted(b.mb.tensors[c.outputs["dst"]]["name"] for c in plan.kernels if c.defines.get("SRC_DENSE"))

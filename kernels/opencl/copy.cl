@@ -55,6 +55,15 @@ if (x0 + 3 < dst_W) {  // 4 pixels of one channel: their post-ops on one vec4, n
               (float16)(a.s0, 0.0f, 0.0f, 0.0f, a.s1, 0.0f, 0.0f, 0.0f, a.s2, 0.0f, 0.0f, 0.0f, a.s3, 0.0f, 0.0f, 0.0f), 4);
   return;
 }
+#elif SRC_DENSE && DENSE_C == 3 && defined(GD_POSTOP_VALUES)
+if (x0 + 3 < dst_W) {  // 4 RGB pixels: their 12 values stepped as 3 vec4, not the 16 lanes stored (an int8 model's
+                       // QUANTIZE of its image: a division a value)
+  __global const float* p = (__global const float*)src_buf + 3 * n;
+  float4 a = postop_values(vload4(0, p)), b = postop_values(vload4(1, p)), c = postop_values(vload4(2, p));
+  dst_store16((int4)(i) + (int4)(0, 1, 2, 3),
+              (float16)(a.s012, 0.0f, a.s3, b.s01, 0.0f, b.s23, c.s0, 0.0f, c.s123, 0.0f), 4);
+  return;
+}
 #endif
 if (x0 + 3 < dst_W) {
   float16 v = dst_finish16(SRC_VEC16(i, n), (int4)(i) + (int4)(0, 1, 2, 3) BUFS);
