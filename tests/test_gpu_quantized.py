@@ -553,6 +553,35 @@ def test_quantize_rounds_the_correctly_rounded_quotient(backend):
             assert np.abs(got.astype(np.int64) - want).max() <= 1
 
 
+def test_image_rescaling_after_quantize(backend):
+    """An int8 image model's first nodes (Keras' Rescaling, as MobileNetV3 converts): a float RGB (and a
+    one-channel) input QUANTIZEd, then MUL and ADD by int8 constants, which become a lookup of the code on the input's
+    copy; on a CPU's OpenCL the copy steps 4 pixels' values as one vec4 a channel (codegen.value_steps). LiteRT's
+    codes exactly (its default kernels: its reference ADD rounds one of these values two codes apart)."""
+    mb = ModelBuilder()
+    outs = []
+    for name, shape in (("rgb", [1, 6, 11, 3]), ("gray", [2, 5, 9, 1])):
+        x = mb.input(name, shape)
+        q = mb.tensor(name + "_q", shape, np.int8, scale=1.0, zero_point=-128)
+        mb.op("QUANTIZE", [x], [q])
+        m = mb.tensor(name + "_m", shape, np.int8, scale=0.0117647, zero_point=-43)
+        mb.op("MUL", [q, mb.const(name + "_k", np.array([-127], np.int8), scale=3.0757e-05, zero_point=-128)], [m])
+        a = mb.tensor(name + "_a", shape, np.int8, scale=0.0078431, zero_point=-1)
+        mb.op("ADD", [m, mb.const(name + "_c", np.array([127], np.int8), scale=0.0039216, zero_point=127)], [a])
+        outs.append(a)
+    mb.output(*outs)
+    content = mb.build()
+    rng = np.random.default_rng(9)
+    inputs = [rng.uniform(-2, 258, shape).astype(np.float32) for shape in ([1, 6, 11, 3], [2, 5, 9, 1])]
+    it, ours = run_gpu(content, inputs, backend)
+    for got, ref in zip(ours, run_litert(content, inputs), strict=True):
+        np.testing.assert_array_equal(got, ref)
+    copies = [c for c in runner_of(it).plan.kernels if c.kernel == "copy" and c.defines.get("SRC_DENSE")]
+    if backend == "cl":
+        assert sorted(c.defines["DENSE_C"] for c in copies) == [1, 3], [c.defines for c in copies]
+        assert all(any(p.kind == "lut" for p in c.postops) for c in copies), [c.postops for c in copies]
+
+
 @pytest.mark.parametrize("quantized", [False, True])
 def test_quantized_inference_option(backend, quantized):
     """enable_quantized_inference=False leaves every node that touches an int8 tensor to the CPU (with the

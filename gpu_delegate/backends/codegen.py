@@ -814,12 +814,13 @@ def _postop_step(k: int, p: PostOp, vec: str, expr: str, operand: str) -> str:
 def render_steps(name: str, postops: list[PostOp], constants: bool = False) -> str:
     """``FLT4 name(FLT4 v)``: post-ops that read no buffer and no constant (expressions of the value alone, and
     those of a value it kept: an activation, swish) applied to a value a kernel keeps to itself, such as a
-    squeeze-and-excite's hidden layer (kernels/dialect/squeeze_excite.dialect). With ``constants``, fake-quant
-    steps too (value_steps), whose constants the kernel defines for the same post-ops (render_postops)."""
+    squeeze-and-excite's hidden layer (kernels/dialect/squeeze_excite.dialect). With ``constants``
+    (``FLT4 name(FLT4 v BUFS_DECL)``), fake-quant steps and lookups too (value_steps), whose constants and tables
+    the kernel has for the same post-ops (render_postops)."""
     if not (value_steps(postops) if constants else all(self_contained(p) for p in postops)):
         raise ValueError(f"{name}: a post-op that reads a buffer or a constant has no place outside a stored result")
     body = "".join(f"  {_postop_step(k, p, 'FLT4', p.expr, f'kept{p.slot}')}\n" for k, p in enumerate(postops))
-    return f"FLT4 {name}(FLT4 v) {{\n{body}  return v;\n}}\n"
+    return f"FLT4 {name}(FLT4 v{' BUFS_DECL' if constants else ''}) {{\n{body}  return v;\n}}\n"
 
 
 def self_contained(p: PostOp) -> bool:
@@ -840,9 +841,9 @@ def _zero_extended_read(k: int) -> str:
 
 
 def value_steps(postops: list[PostOp]) -> bool:
-    """Whether the post-ops are a function of each value alone (no operand, no table, no index): they may then
-    apply to values packed in any order (render_postops' ``values``)."""
-    return all(p.kind == "fake_quant" or self_contained(p) for p in postops)
+    """Whether the post-ops are a function of each value alone (no operand, no index; a lookup's table is the same
+    for every value): they may then apply to values packed in any order (render_postops' ``values``)."""
+    return all(p.kind in ("fake_quant", "lut") or self_contained(p) for p in postops)
 
 
 def render_postops(postops: list[PostOp], dst_channels: int, language: str | None = None, values: bool = False
@@ -850,7 +851,7 @@ def render_postops(postops: list[PostOp], dst_channels: int, language: str | Non
     """``FLT4 postop(FLT4 v, int i)``: the post-ops applied to a result at linear PHWC4 index i of the output
     ``dst`` (their operands are arguments p0, p1, ... in order); for OpenCL, when every step allows, also
     ``float16 postop16(float16 v, int4 i)`` for 4 results at once (the wide kernels' stores). With ``values``
-    (value_steps holds), also ``FLT4 postop_values(FLT4 v)``, the steps on any 4 values, no padding zeroed,
+    (value_steps holds), also ``FLT4 postop_values(FLT4 v BUFS_DECL)``, the steps on any 4 values, no padding zeroed,
     and the define GD_POSTOP_VALUES. Returns the text, whether the wide form is there, and the constants it
     reads by name (the kernel's defines, which KernelSpec.constants lists)."""
     fake = any(p.kind == "fake_quant" for p in postops)

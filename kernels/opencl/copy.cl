@@ -50,7 +50,7 @@ int i = dst_idx(b, GID_Y, x0, s);
 int n = (b * dst_H + GID_Y) * dst_W + x0;  // the first pixel's index (SRC_DENSE)
 #if SRC_DENSE && DENSE_C == 1 && defined(GD_POSTOP_VALUES)
 if (x0 + 3 < dst_W) {  // 4 pixels of one channel: their post-ops on one vec4, not on the 16 lanes stored
-  float4 a = postop_values(vload4(0, (__global const float*)src_buf + n));
+  float4 a = postop_values(vload4(0, (__global const float*)src_buf + n) BUFS);
   dst_store16((int4)(i) + (int4)(0, 1, 2, 3),
               (float16)(a.s0, 0.0f, 0.0f, 0.0f, a.s1, 0.0f, 0.0f, 0.0f, a.s2, 0.0f, 0.0f, 0.0f, a.s3, 0.0f, 0.0f, 0.0f), 4);
   return;
@@ -59,7 +59,7 @@ if (x0 + 3 < dst_W) {  // 4 pixels of one channel: their post-ops on one vec4, n
 if (x0 + 3 < dst_W) {  // 4 RGB pixels: their 12 values stepped as 3 vec4, not the 16 lanes stored (an int8 model's
                        // QUANTIZE of its image: a division a value)
   __global const float* p = (__global const float*)src_buf + 3 * n;
-  float4 a = postop_values(vload4(0, p)), b = postop_values(vload4(1, p)), c = postop_values(vload4(2, p));
+  float4 a = postop_values(vload4(0, p) BUFS), b = postop_values(vload4(1, p) BUFS), c = postop_values(vload4(2, p) BUFS);
   dst_store16((int4)(i) + (int4)(0, 1, 2, 3),
               (float16)(a.s012, 0.0f, a.s3, b.s01, 0.0f, b.s23, c.s0, 0.0f, c.s123, 0.0f), 4);
   return;
