@@ -680,11 +680,14 @@ class Split(Op):
         if v is None or _dynamic(graph, x, *node.outputs):
             return None
         axis, sizes = Split._plan(node, v, graph.tensors[x].shape)
-        outs = node.outputs
+        lead, ends = (slice(None),) * axis, itertools.accumulate(sizes)
+        pieces = [(y, (*lead, slice(end - size, end))) for y, size, end in zip(node.outputs, sizes, ends)]
 
         def step(values: list[np.ndarray | None]) -> None:
-            for y, piece in zip(outs, _contiguous(_pieces(values[x], axis, sizes))):  # type: ignore[arg-type]
-                values[y] = piece
+            data = values[x]
+            for y, where in pieces:
+                piece = data[where]  # type: ignore[index]
+                values[y] = piece if piece.flags.c_contiguous else np.array(piece, order="C", copy=True)
         return step
 
     @staticmethod
@@ -814,7 +817,8 @@ class Slice(Op):
         def step(values: list[np.ndarray | None]) -> None:
             data = values[x]
             begin, size = _slice_plan(node, values[b], values[s], data.shape)  # type: ignore[arg-type, union-attr]
-            (values[y],) = _contiguous([data[tuple(slice(i, i + n) for i, n in zip(begin, size))]])  # type: ignore[index]
+            piece = data[tuple([slice(i, i + n) for i, n in zip(begin, size)])]  # type: ignore[index]
+            values[y] = piece if piece.flags.c_contiguous else np.array(piece, order="C", copy=True)
         return step
 
     @staticmethod
