@@ -449,6 +449,15 @@ def conv2d_float(x: np.ndarray, mats: list[np.ndarray], bias: np.ndarray | None,
 def linear_float(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, lo: np.float32,
                  hi: np.float32) -> np.ndarray:
     """x float32 [M, K] @ w [K, O] + bias, clamped."""
+    if x.shape[0] * w.size < MIN_WORK:
+        # one block: the same arithmetic in numpy's calls, which cost less than the numba pass's call on the small
+        # layers a loop's body runs again and again (its clamp keeps a NaN, as _bias_act's does)
+        out = x @ w
+        if bias is not None:
+            out += bias
+        if lo > -np.inf or hi < np.inf:
+            np.clip(out, lo, hi, out=out)
+        return out
     y = np.empty((x.shape[0], w.shape[1]), np.float32)
 
     def part(r0: int, r1: int) -> None:

@@ -502,6 +502,11 @@ class Convolution2DTransposeBias(Op):
 # LiteRT 2.3's BUILTIN_REF kernels: the 12k-value case of tests/test_ops_conv.py::test_fully_connected_quant)
 FC_SINGLE_ROUNDING: dict[np.dtype, bool] = {np.dtype(np.int8): True, np.dtype(np.uint8): True}
 
+def _fc_matrix(node: Node, graph: Graph, w: np.ndarray) -> np.ndarray:
+    """The float weights [O, K] as linear_float's C-contiguous [K, O] matrix, once per graph where they are constant."""
+    return with_const(node, graph, 1, "fc_f32", lambda: K.weight_matrices(np.asarray(w, np.float32), 1)[0])
+
+
 def _fc_shape(node: Node, xs: tuple[int, ...], ws: tuple[int, ...]) -> tuple[int, ...]:
     k = ws[1]
     size = math.prod(map(int, xs))
@@ -565,10 +570,8 @@ class FullyConnected(Op):
         if kind != QUANT:
             if kind == HYBRID:
                 w = dequantized(node, graph, inputs, 1)
-            wm = with_const(node, graph, 1, "fc_f32",
-                            lambda: K.weight_matrices(np.asarray(w, np.float32), 1)[0])
             lo, hi = K.float_range(activation(node))
-            y = K.linear_float(as_f32(x2), wm, float_bias(node, graph, inputs, 2), lo, hi)
+            y = K.linear_float(as_f32(x2), _fc_matrix(node, graph, w), float_bias(node, graph, inputs, 2), lo, hi)
             return [y.reshape(shape)]
         qm = with_const(node, graph, 1, "quant_matrix", lambda: K.quant_matrix(w.T, filter_zp(node, wt, o)))
         rq = graph.prepared(("requant", node.index),
@@ -586,26 +589,14 @@ class FullyConnected(Op):
         if kind_of(node, xt, wt, bt, yt, out_axis=0, symmetric_int8=False) != FLOAT or wt.data is None or \
                 (bt is not None and bt.data is None) or xt.dynamic or min(xt.shape, default=0) < 0:
             return None
-        constants: list[np.ndarray | None] = [None, wt.data, None if bt is None else bt.data]
-        wm = with_const(node, graph, 1, "fc_f32", lambda: K.weight_matrices(np.asarray(wt.data, np.float32), 1)[0])
-        bias = float_bias(node, graph, constants, 2)
+        wm = _fc_matrix(node, graph, wt.data)
+        bias = float_bias(node, graph, [None, wt.data, None if bt is None else bt.data], 2)
         lo, hi = K.float_range(activation(node))
         x, y, k, shape = node.inputs[0], node.outputs[0], wt.shape[1], _fc_shape(node, xt.shape, wt.shape)
 
-        clamp, small = bool(lo > -np.inf or hi < np.inf), math.prod(shape) * k < K.MIN_WORK
-
         def step(values: list[np.ndarray | None]) -> None:
             rows = np.asarray(values[x], np.float32).reshape(-1, k)
-            if not small:  # rows in blocks on the pool's threads
-                values[y] = K.linear_float(rows, wm, bias, lo, hi).reshape(shape)
-                return
-            # linear_float's arithmetic in numpy's calls: its numba pass costs more to call than a loop body's layer
-            out = rows @ wm
-            if bias is not None:
-                out += bias
-            if clamp:
-                np.clip(out, lo, hi, out=out)
-            values[y] = out.reshape(shape)
+            values[y] = K.linear_float(rows, wm, bias, lo, hi).reshape(shape)
         return step
 
     @staticmethod
