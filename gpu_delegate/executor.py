@@ -22,7 +22,7 @@ from .delegate import DelegateKernel, SimpleDelegate
 from .dtypes import zeros
 from .errors import KERNEL_FAULTS, MODEL_FAULTS, ModelError
 from .graph import Graph, Model
-from .ops.base import CpuStep, LookupTable, Shape, get_op, run_node
+from .ops.base import CpuStep, LookupTable, Shape, get_op, kernel_fault, run_node
 from .partition import Partition, schedule, select_partitions
 from .shapes import check_run_shape, check_total_size, resolve
 
@@ -245,8 +245,7 @@ class SubgraphRun:
                 except ModelError:
                     raise
                 except KERNEL_FAULTS as e:
-                    raise ModelError(f"{where + ': ' if where else ''}{graph.nodes[step]} cannot run: "
-                                     f"{type(e).__name__}: {e}") from None
+                    raise kernel_fault(graph.nodes[step], where, e) from None
                 if profiler:
                     profiler(ProfileEvent((step,), graph.nodes[step].op, "cpu", time.perf_counter() - start,
                                           graph.index))

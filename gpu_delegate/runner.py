@@ -254,7 +254,7 @@ class PlanRunner:
             (plan.tensors[t], storage(t), (*codes[t], feeds[t].dtype) if t in codes else None) for t in plan.inputs
             if t not in plan.dense]
         return self.backend.boundary_specs(inputs, [(plan.tensors[t], storage(t)) for t in plan.outputs
-                                                    if not plan.stored_dense(self._dense_of(t))])
+                                                    if plan.dense_source(t) is None])
 
     def compile(self, binaries: dict[str, bytes], progress: Progress | None = None, worker: bool = False) -> int:
         """Compile every kernel and the boundary's conversions (``boundary``), in as few driver programs as
@@ -453,10 +453,7 @@ class PlanRunner:
             self.calls.append((program, [self._bound_buffer(b) for b in binds]))
         self.bound = self.backend.bind(self.calls)
         self.input_routes = {}
-        self.output_routes = [OutputRoute.dense_floats(self.plan.tensors[t], self.tensor_buffer(self._dense_of(t)))
-                              if self.plan.stored_dense(self._dense_of(t)) else
-                              self.backend.output_route(self.tensor_buffer(t), self.plan.tensors[t])
-                              for t in self.plan.outputs]
+        self.output_routes = [self._output_route(t) for t in self.plan.outputs]
 
     def _bound_buffer(self, bind: Bind) -> Buffer:
         if bind[0] == "c":
@@ -493,18 +490,20 @@ class PlanRunner:
             raise ValueError(f"an array of shape {feed.shape} does not fill a tensor of shape {self.plan.tensors[t]}")
         self.backend.upload(self.tensor_buffer(t), feed if quant is None else dequantize(feed, *quant))
 
-    def _dense_of(self, t: int) -> int:
-        """The tensor holding output ``t`` in the dense order: ``t`` itself, or its dense copy where it has one."""
-        return self.plan.dense_copies.get(t, t)
+    def _output_route(self, t: int) -> OutputRoute:
+        source = self.plan.dense_source(t)
+        if source is None:
+            return self.backend.output_route(self.tensor_buffer(t), self.plan.tensors[t])
+        return OutputRoute.dense_floats(self.plan.tensors[t], self.tensor_buffer(source))
 
     def _download(self, t: int) -> np.ndarray:
         """Output ``t`` as a dense float32 BHWC array, from PHWC4 or from the dense order it is stored in."""
-        dense = self._dense_of(t)
-        if not self.plan.stored_dense(dense):
+        source = self.plan.dense_source(t)
+        if source is None:
             return self.backend.from_device(self.tensor_buffer(t), self.plan.tensors[t])
         shape = self.plan.tensors[t]
         n = math.prod(shape)
-        return self.backend.download(self.tensor_buffer(dense), math.ceil(n / 4))[:n].reshape(shape)
+        return self.backend.download(self.tensor_buffer(source), math.ceil(n / 4))[:n].reshape(shape)
 
     def _input_route(self, t: int, quant: tuple[float, int] | None, dtype: np.dtype) -> InputRoute:
         codes: Codes | None = (*quant, dtype) if quant is not None else None

@@ -133,10 +133,10 @@ def lstm_sequence(x: np.ndarray, p: PreparedLstm, h: np.ndarray, c: np.ndarray, 
     c = np.array(c, f32)
     cifg, gates, peephole, norm, proj_w, proj_b = p.cifg, p.gates, p.peephole, p.norm, p.proj_w, p.proj_b
     outputs = np.empty((x.shape[0], x.shape[1], h.shape[1]), f32)
-    if p.plain and activation in _PLAIN_ACTIVATIONS and aux is None:
-        # the LSTM Keras and tf_keras convert to: the steps in one compiled loop, not ~10 numpy calls a step
-        bias = p.bias if p.bias is not None else np.zeros(p.input_w.shape[1], f32)
-        _plain_steps(np.ascontiguousarray(x), p.input_w, bias, p.rec, h, c, cifg, activation, f32(cell_clip),
+    if p.plain and p.bias is not None and activation in _PLAIN_ACTIVATIONS and aux is None:
+        # the LSTM Keras and tf_keras convert to: the steps in one compiled loop, not ~10 numpy calls a step (its
+        # bias is there: only layer norm, which no plain cell has, adds it after normalizing)
+        _plain_steps(np.ascontiguousarray(x), p.input_w, p.bias, p.rec, h, c, cifg, activation, f32(cell_clip),
                      outputs)
         return outputs, h, c
     xw = x @ p.input_w  # [time, batch, gates * n_cell]: the input part of every step, up front

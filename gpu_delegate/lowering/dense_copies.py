@@ -39,8 +39,7 @@ def run(plan: Plan, api: str) -> PassResult:
         writers = [(call, arg) for call in plan.kernels for arg, u in call.outputs.items() if u == t]
         if not writers:
             continue
-        raw = [call.label for call, _ in writers if call.kernel in RAW_WRITERS or call.source("opencl")[1] in
-               RAW_WRITERS]
+        raw = [call.label for call, _ in writers if call.source("opencl")[1] in RAW_WRITERS]
         if raw:
             result.declined.append(f"output {t}: {raw[0]} writes its buffer directly")
             continue

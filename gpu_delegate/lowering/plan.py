@@ -181,6 +181,11 @@ class Plan:
         or an output's dense copy."""
         return t in self.dense or t in self.dense_copies.values()
 
+    def dense_source(self, t: int) -> int | None:
+        """The plan tensor the host reads output ``t`` from in the dense order: its dense copy, ``t`` itself where it
+        is stored dense, or None where it is read from PHWC4."""
+        return self.dense_copies.get(t, t if t in self.dense else None)
+
     def tensor_precision(self, t: int, precision: str) -> str:
         """The storage of plan tensor ``t`` when the delegate stores ``precision``."""
         return "fp32" if self.storage(t) in self.fp32_tensors else precision

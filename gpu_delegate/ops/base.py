@@ -232,8 +232,13 @@ def run_node(node: Node, graph: Graph, inputs: list[np.ndarray | None], where: s
     except ModelError:
         raise
     except KERNEL_FAULTS as e:
-        raise ModelError(f"{where + ': ' if where else ''}{node} cannot run: {type(e).__name__}: {e}") from None
+        raise kernel_fault(node, where, e) from None
     return [np.asarray(v, graph.tensors[t].dtype) for t, v in zip(node.outputs, outs)]
+
+
+def kernel_fault(node: Node, where: str, e: Exception) -> ModelError:
+    """The ModelError naming ``node`` (and ``where``, the model's source) for a fault of its CPU kernel."""
+    return ModelError(f"{where + ': ' if where else ''}{node} cannot run: {type(e).__name__}: {e}")
 
 
 def lower_elementwise(node: Node, graph: Graph, ctx: LowerContext) -> None:

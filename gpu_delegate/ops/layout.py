@@ -82,9 +82,13 @@ def _size(shape: Shape) -> int:
 def _pieces(x: np.ndarray, axis: int, sizes: Sequence[int]) -> list[np.ndarray]:
     """``x`` cut along ``axis`` into consecutive pieces of ``sizes`` (np.split by slicing: a tenth of its cost on
     the small tensors of a recurrent net's loop body)."""
+    return [x[where] for where in _piece_index(axis, sizes)]
+
+
+def _piece_index(axis: int, sizes: Sequence[int]) -> list[tuple[slice, ...]]:
+    """The index of each of _pieces' pieces."""
     lead = (slice(None),) * axis
-    ends = itertools.accumulate(sizes)
-    return [x[(*lead, slice(end - size, end))] for size, end in zip(sizes, ends)]
+    return [(*lead, slice(end - size, end)) for size, end in zip(sizes, itertools.accumulate(sizes))]
 
 
 def _dynamic(graph: Graph, *tensors: int) -> bool:
@@ -92,10 +96,14 @@ def _dynamic(graph: Graph, *tensors: int) -> bool:
     return any(graph.tensors[t].dynamic or min(graph.tensors[t].shape, default=0) < 0 for t in tensors)
 
 
-def _contiguous(arrays: list[np.ndarray]) -> list[np.ndarray]:
-    """Slices come out as strided views; kernels downstream expect C-contiguous arrays. (Not ascontiguousarray:
+def _c_order(a: np.ndarray) -> np.ndarray:
+    """A slice comes out as a strided view; kernels downstream expect C-contiguous arrays. (Not ascontiguousarray:
     it makes a 0-d array 1-d.)"""
-    return [np.array(a, order="C", copy=True) if not a.flags.c_contiguous else a for a in arrays]
+    return a if a.flags.c_contiguous else np.array(a, order="C", copy=True)
+
+
+def _contiguous(arrays: list[np.ndarray]) -> list[np.ndarray]:
+    return [_c_order(a) for a in arrays]
 
 
 def _outputs(node: Node, low: int, high: int | None = None) -> None:
@@ -680,14 +688,12 @@ class Split(Op):
         if v is None or _dynamic(graph, x, *node.outputs):
             return None
         axis, sizes = Split._plan(node, v, graph.tensors[x].shape)
-        lead, ends = (slice(None),) * axis, itertools.accumulate(sizes)
-        pieces = [(y, (*lead, slice(end - size, end))) for y, size, end in zip(node.outputs, sizes, ends)]
+        pieces = list(zip(node.outputs, _piece_index(axis, sizes)))
 
         def step(values: list[np.ndarray | None]) -> None:
             data = values[x]
             for y, where in pieces:
-                piece = data[where]  # type: ignore[index]
-                values[y] = piece if piece.flags.c_contiguous else np.array(piece, order="C", copy=True)
+                values[y] = _c_order(data[where])  # type: ignore[index]
         return step
 
     @staticmethod
@@ -817,8 +823,7 @@ class Slice(Op):
         def step(values: list[np.ndarray | None]) -> None:
             data = values[x]
             begin, size = _slice_plan(node, values[b], values[s], data.shape)  # type: ignore[arg-type, union-attr]
-            piece = data[tuple([slice(i, i + n) for i, n in zip(begin, size)])]  # type: ignore[index]
-            values[y] = piece if piece.flags.c_contiguous else np.array(piece, order="C", copy=True)
+            values[y] = _c_order(data[tuple([slice(i, i + n) for i, n in zip(begin, size)])])  # type: ignore[index]
         return step
 
     @staticmethod
@@ -968,13 +973,13 @@ class StridedSlice(Op):
             eff_shape, index = _strided_plan(node, graph.tensors[x].shape, *_strided_args(node, constants))
 
             def fixed(values: list[np.ndarray | None]) -> None:
-                (values[y],) = _contiguous([values[x].reshape(eff_shape)[index]])  # type: ignore[union-attr]
+                values[y] = _c_order(values[x].reshape(eff_shape)[index])  # type: ignore[union-attr]
             return fixed
 
         def step(values: list[np.ndarray | None]) -> None:
             data = values[x]
             shape, where = _strided_plan(node, data.shape, *_strided_args(node, [values[t] for t in args]))  # type: ignore[union-attr, misc]
-            (values[y],) = _contiguous([data.reshape(shape)[where]])  # type: ignore[union-attr]
+            values[y] = _c_order(data.reshape(shape)[where])  # type: ignore[union-attr]
         return step
 
     @staticmethod
