@@ -40,7 +40,7 @@ from gpu_delegate.backends import codegen
 from gpu_delegate.ops import conv as conv_ops
 from gpu_delegate.tflite.writer import ModelBuilder
 
-from .reference import assert_float_close, need_models, run, run_litert, runner_of, shared_delegate
+from .reference import assert_float_close, need_models, plan_of, run, run_litert, runner_of, shared_delegate
 
 I32 = np.int32
 
@@ -580,6 +580,44 @@ def test_image_rescaling_after_quantize(backend):
     if backend == "cl":
         assert sorted(c.defines["DENSE_C"] for c in copies) == [1, 3], [c.defines for c in copies]
         assert all(any(p.kind == "lut" for p in c.postops) for c in copies), [c.postops for c in copies]
+
+
+def test_dequantize_of_a_stored_tensor_moves_no_data(backend):
+    """A DEQUANTIZE of a non-constant int8 tensor is no kernel: the device holds the tensor as its dequantized floats,
+    so the float output shares its buffer (lowering/drop_reshape.py). A feature map that a MEAN reads and that leaves
+    dequantized (as the 2-in/3-out net's), the same one left as int8 too, and a dequantized MEAN: LiteRT's values,
+    and on OpenCL the feature map's writer stores it in the dense order once for both outputs
+    (lowering/dense_copies.py)."""
+    rng = np.random.default_rng(21)
+    mb = ModelBuilder()
+    x = mb.input("x", [1, 6, 7, 8])
+    q = mb.tensor("q", [1, 6, 7, 8], np.int8, scale=0.02, zero_point=3)
+    mb.op("QUANTIZE", [x], [q])
+    feat = mb.tensor("feat", [1, 6, 7, 8], np.int8, scale=0.03, zero_point=-5)
+    mb.op("ADD", [q, q], [feat], fused_activation_function="RELU")
+    feat_f = mb.tensor("feat_f", [1, 6, 7, 8])
+    mb.op("DEQUANTIZE", [feat], [feat_f])
+    mean = mb.tensor("mean", [1, 8], np.int8, scale=0.01, zero_point=-20)
+    mb.op("MEAN", [feat, mb.const("axes", np.array([1, 2], I32))], [mean], keep_dims=False)
+    mean_f = mb.tensor("mean_f", [1, 8])
+    mb.op("DEQUANTIZE", [mean], [mean_f])
+    mb.output(feat_f, feat, mean_f)
+    content = mb.build()
+    inputs = [rng.uniform(-1, 1.5, [1, 6, 7, 8]).astype(np.float32)]
+    it, ours = run_gpu(content, inputs, backend)
+    assert [d["backend"] for d in it.get_ops_details()] == [backend] * 5
+    ref_feat_f, ref_feat, ref_mean_f = run_litert(content, inputs, reference_kernels=True)
+    assert_quantized_match(ours[1], (ref_feat,), f"int8 ADD on {backend}")
+    for got, ref, scale, name in ((ours[0], ref_feat_f, 0.03, "feat_f"), (ours[2], ref_mean_f, 0.01, "mean_f")):
+        steps = np.round((got.astype(np.float64) - ref) / scale).astype(np.int64)
+        assert_quantized_match(steps, (np.zeros_like(steps),), f"DEQUANTIZE {name} on {backend}")
+    np.testing.assert_array_equal(ours[0], (ours[1].astype(np.float32) + 5) * np.float32(0.03))
+    plan = plan_of(it)
+    names = {t: it.graph.tensors[t].name for t in plan.tensors if t < len(it.graph.tensors)}
+    assert sorted(names[t] for t, s in plan.aliases.items()) == ["feat_f", "mean_f"], plan.aliases
+    assert [c.kernel for c in plan.kernels] == ["copy", "copy", "reduce"], [c.label for c in plan.kernels]
+    copies = {names[t]: c for t, c in plan.dense_copies.items()}
+    assert (copies.keys(), len(set(copies.values()))) == (({"feat_f", "feat"}, 1) if backend == "cl" else (set(), 0))
 
 
 @pytest.mark.parametrize("quantized", [False, True])

@@ -9,9 +9,11 @@ a multiple of 4) the dense order holds the same vec4 as PHWC4, only elsewhere: t
 ``t_store16`` store each one twice (codegen._cl_accessors, the companion argument ``t_dense``), and the host reads
 the companion (base.OutputRoute ``dense``).
 
-Taken, on OpenCL, for an output stored under its own name (no alias, not placed in a larger tensor, no other tensor
-placed in it), of whole slices, whose PHWC4 is not in the dense order already (base.pixels_in_order), every writer
-of which stores through the accessors (the conversion kernels write their buffers directly).
+Taken, on OpenCL, for an output of whole slices stored under its own name or sharing the buffer of a tensor of its
+very shape (a dropped DEQUANTIZE: the 2-in/3-out net int8's feature map), neither placed in a larger tensor nor
+holding a placed one, whose PHWC4 is not in the dense order already (base.pixels_in_order), every writer of which
+stores through the accessors (the conversion kernels write their buffers directly). Outputs of one buffer share
+its copy.
 """
 
 from __future__ import annotations
@@ -28,15 +30,20 @@ def run(plan: Plan, api: str) -> PassResult:
     result = PassResult("dense_copies")
     if api != "OpenCL":
         return result
-    inside = {plan.storage(t) for t in (*plan.aliases, *plan.placed)}
+    holding = {plan.storage(t) for t in plan.placed}
+    copies: dict[int, int] = {}  # storage -> its dense copy
     for t in plan.outputs:
-        shape = plan.tensors[t]
-        if t in plan.dense or t in plan.dense_copies or plan.storage(t) != t or t in inside or shape[3] % 4:
+        shape, owner = plan.tensors[t], plan.storage(t)
+        if t in plan.dense or owner in plan.dense or t in plan.dense_copies or owner in holding or shape[3] % 4 or \
+                plan.tensors[owner] != shape:
             continue
         pixels = pixels_in_order(shape)
         if pixels is not None and pixels[0] == 1:
             continue  # read as it is
-        writers = [(call, arg) for call in plan.kernels for arg, u in call.outputs.items() if u == t]
+        if owner in copies:
+            plan.dense_copies[t] = copies[owner]
+            continue
+        writers = [(call, arg) for call in plan.kernels for arg, u in call.outputs.items() if u == owner]
         if not writers:
             continue
         raw = [call.label for call, _ in writers if call.source("opencl")[1] in RAW_WRITERS]
@@ -46,9 +53,10 @@ def run(plan: Plan, api: str) -> PassResult:
         copy = max(plan.tensors) + 1
         plan.tensors[copy] = shape
         plan.fp32_tensors.add(copy)
-        plan.dense_copies[t] = copy
+        plan.dense_copies[t] = copies[owner] = copy
         for call, arg in writers:
             call.outputs[f"{arg}_dense"] = copy
         result.applied.append(f"output {t}: stored in the dense order too, by "
                               f"{', '.join(call.label for call, _ in writers)}")
     return result
+
