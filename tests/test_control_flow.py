@@ -3,6 +3,8 @@ signatures of several subgraphs: ours against LiteRT on the same hand-built mode
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -86,6 +88,18 @@ def test_loop_of_small_tensors_runs_on_the_cpu():
     assert all(body.backend_of.get(n.index, "cpu") == "cpu" and "a loop's condition or body" in body.why_cpu[n.index]
                for n in body.graph.nodes), (body.backend_of, body.why_cpu)
     assert sorted(body.resolved.nodes[n].op for n in body.prepared) == ["ADD", "ADD", "MUL"], body.prepared
+    # every step prepared: the condition and the body run them in one loop (SubgraphRun.only_prepared), and a
+    # kernel's fault there still names its node
+    assert body.only_prepared is not None and [n for n, _ in body.only_prepared] == body.steps, body.steps
+    at, _ = body.only_prepared[1]
+
+    def broken(values: list) -> None:
+        raise ValueError("a broken kernel")
+
+    body.only_prepared[1] = (at, broken)
+    fault = f"{body.resolved.nodes[at]} cannot run: ValueError: a broken kernel"
+    with pytest.raises(gd.ModelError, match=re.escape(fault)):
+        run(it, [x, np.array(5, I32)])
 
 
 def if_model() -> bytes:
