@@ -584,7 +584,7 @@ def test_image_rescaling_after_quantize(backend):
 
 def test_dequantize_of_a_stored_tensor_moves_no_data(backend):
     """A DEQUANTIZE of a non-constant int8 tensor is no kernel: the device holds the tensor as its dequantized floats,
-    so the float output shares its buffer (lowering/drop_reshape.py). A feature map that a MEAN reads and that leaves
+    so the float output shares its buffer (lowering/drop_dequantize.py). A feature map that a MEAN reads and that leaves
     dequantized (as the 2-in/3-out net's), the same one left as int8 too, and a dequantized MEAN: LiteRT's values,
     and on OpenCL the feature map's writer stores it in the dense order once for both outputs
     (lowering/dense_copies.py)."""

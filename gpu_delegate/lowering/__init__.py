@@ -11,6 +11,7 @@
                       strides
     fuse_matmul_softmax  a BATCH_MATMUL, a MUL by a scalar and a SOFTMAX over its rows as one kernel (float, or
                       8-bit with its roundings)
+    drop_dequantize   a DEQUANTIZE of a non-constant tensor (held as its floats already) shares its input's buffer
     pad_channels      a PAD of zero channels read by an elementwise node: its post-op reads the channels as 0
     fuse_elementwise  activations and elementwise chains folded into their producer; fake-quant steps
     dense_outputs     an output that reshapes and concatenations make of other tensors stored in the host's dense

@@ -1,9 +1,4 @@
-"""Drop nodes that move no data on the device: the output shares the input's buffer.
-
-Reshapes between shapes of one PHWC4 layout, and DEQUANTIZE of a tensor the device holds as its dequantized floats
-(every non-constant 8-bit or float16 tensor, ops/quantize.py): the 2-in/3-out net int8's feature map output, which
-a MEAN reads too, was a copy kernel of its own (25 of its 120 us of kernels).
-"""
+"""Drop reshapes that do not move data in PHWC4: the output shares the input's buffer."""
 
 from __future__ import annotations
 
@@ -11,7 +6,6 @@ from ..phwc4 import same_layout
 from .view import PartitionView, PassResult
 
 RESHAPES = {"RESHAPE", "SQUEEZE", "EXPAND_DIMS"}
-IDENTITIES = RESHAPES | {"DEQUANTIZE"}
 
 
 def run(view: PartitionView) -> PassResult:
@@ -19,7 +13,7 @@ def run(view: PartitionView) -> PassResult:
     kept = []
     for n in view.nodes:
         node = view.graph.nodes[n]
-        if node.op not in IDENTITIES:
+        if node.op not in RESHAPES:
             kept.append(n)
             continue
         src = view.node_inputs(n)[0] if node.inputs else -1
@@ -32,7 +26,6 @@ def run(view: PartitionView) -> PassResult:
             kept.append(n)
         else:
             view.aliases[out] = src
-            result.applied.append(f"dropped {node}: " + ("no-op in PHWC4" if node.op in RESHAPES else
-                                                            "its input is held as its dequantized floats"))
+            result.applied.append(f"dropped {node}: no-op in PHWC4")
     view.nodes = kept
     return result

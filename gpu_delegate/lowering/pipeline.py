@@ -9,6 +9,7 @@ from . import (
     dense_copies,
     dense_inputs,
     dense_outputs,
+    drop_dequantize,
     drop_reshape,
     emit,
     fold_constants,
@@ -48,7 +49,8 @@ def build_plan(graph: Graph, nodes: list[int], inputs: list[int], outputs: list[
                                  drop_reshape.run(view), merge_pad.run(view), fuse_input_affine.run(view, api),
                                  fuse_layer_norm.run(view, quantized),
                                  fuse_matmul_transpose.run(view),
-                                 fuse_matmul_softmax.run(view, quantized), pad_channels.run(view),
+                                 fuse_matmul_softmax.run(view, quantized), drop_dequantize.run(view),
+                                 pad_channels.run(view),
                                  fuse_elementwise.run(view, quantized, ctx.operand_const, ctx.table_const)]
     pad_channels.restore(view, results[-2])
     results.append(dense_outputs.run(view, api))
