@@ -22,11 +22,14 @@ from .delegate import DelegateKernel, SimpleDelegate
 from .dtypes import zeros
 from .errors import KERNEL_FAULTS, MODEL_FAULTS, ModelError
 from .graph import Graph, Model
+from .loop_program import LoopDeclined, LoopProgram, build_loop
 from .ops.base import CpuStep, LookupTable, Shape, get_op, kernel_fault, run_node
 from .partition import Partition, schedule, select_partitions
 from .shapes import check_run_shape, check_total_size, resolve
 
 log = logging.getLogger("gpu_delegate")
+# a loop that does not make a program (and the fault that the calls of its subgraphs then report)
+LOOP_DECLINES: tuple[type[Exception], ...] = (LoopDeclined, *MODEL_FAULTS)
 
 # A WHILE's condition and body whose tensors all hold at most this many values run on the CPU, delegates or not:
 # a delegated partition there is a round trip to the device every iteration, and the CPU's prepared steps
@@ -381,6 +384,10 @@ class ModelRun:
         self._depth = 0
         self.errors_ignored = False  # inside a subgraph's invoke that ignores floating-point errors
         self._shape_cache: dict[tuple[int, tuple[Shape, ...]], list[Shape | None]] = {}
+        # loops run as one program (loop_program.py), by condition, body and the variables' shapes and types;
+        # None where they do not make one, and why in loop_reasons
+        self._loops: dict[tuple[int, int, tuple[tuple[Shape, str], ...]], LoopProgram | None] = {}
+        self.loop_reasons: dict[tuple[int, int], str] = {}
 
     def subgraph(self, index: int) -> SubgraphRun:
         if not 0 <= index < len(self.subgraphs):
@@ -401,6 +408,40 @@ class ModelRun:
             return sub.call(inputs, self.profiler)
         finally:
             self._depth -= 1
+
+    def run_loop(self, cond: int, body: int, values: list[np.ndarray]) -> list[np.ndarray] | None:
+        if self.profiler is not None:  # the profiler reports every node of every iteration
+            return None
+        key = (cond, body, tuple((tuple(v.shape), v.dtype.str) for v in values))
+        if key not in self._loops:
+            self._loops[key] = self._loop_program(cond, body, values)
+        program = self._loops[key]
+        return None if program is None else program.run(values)
+
+    def _loop_program(self, cond: int, body: int, values: list[np.ndarray]) -> LoopProgram | None:
+        """The program of the loop, both subgraphs planned for ``values``; None (the reason kept) where the loop is
+        not of small CPU tensors or a node has no translation. What is wrong with the subgraphs or the values
+        themselves is left to the calls, which report it."""
+        planned: list[SubgraphRun] = []
+        try:
+            for index in (cond, body):
+                sub = self.subgraph(index)
+                inputs = sub.graph.inputs
+                if len(values) != len(inputs) or any(v.dtype != d for v, d in zip(values, sub.input_dtypes)):
+                    return None
+                for t, v in zip(inputs, values):
+                    sub.input_shapes[t] = tuple(v.shape)
+                sub.allocate()
+                if any(isinstance(step, Delegated) for step in sub.steps) or not _small_tensors(sub.resolved):
+                    raise LoopDeclined(f"subgraph {index} has nodes on a delegate, or large tensors")
+                planned.append(sub)
+            (c, b) = planned
+            return build_loop(c.resolved, [s for s in c.steps if isinstance(s, int)], b.resolved,
+                              [s for s in b.steps if isinstance(s, int)])
+        except LOOP_DECLINES as e:
+            self.loop_reasons[(cond, body)] = str(e)
+            log.debug("the loop of condition %d and body %d runs subgraph by subgraph: %s", cond, body, e)
+            return None
 
     def _enter(self, index: int) -> SubgraphRun:
         """Subgraph ``index``, entered one level deeper (the caller steps back out), refused past MAX_CALL_DEPTH."""

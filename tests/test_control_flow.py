@@ -88,9 +88,12 @@ def test_loop_of_small_tensors_runs_on_the_cpu():
     assert all(body.backend_of.get(n.index, "cpu") == "cpu" and "a loop's condition or body" in body.why_cpu[n.index]
                for n in body.graph.nodes), (body.backend_of, body.why_cpu)
     assert sorted(body.resolved.nodes[n].op for n in body.prepared) == ["ADD", "ADD", "MUL"], body.prepared
-    # every step prepared: the condition and the body run them in one loop (SubgraphRun.only_prepared), and a
-    # kernel's fault there still names its node
+    # the loop ran as one program (loop_program.py)
+    assert [key[:2] for key, program in it._run._loops.items() if program is not None] == [(1, 2)], it._run._loops
+    # called on its own, the body runs its prepared steps in one loop (SubgraphRun.only_prepared), and a kernel's
+    # fault there still names its node
     assert body.only_prepared is not None and [n for n, _ in body.only_prepared] == body.steps, body.steps
+    np.testing.assert_array_equal(it._run.call(2, [np.array(0, I32), x, np.array(5, I32)])[1], x * F32(0.5) + 1)
     at, _ = body.only_prepared[1]
 
     def broken(values: list) -> None:
@@ -99,7 +102,7 @@ def test_loop_of_small_tensors_runs_on_the_cpu():
     body.only_prepared[1] = (at, broken)
     fault = f"{body.resolved.nodes[at]} cannot run: ValueError: a broken kernel"
     with pytest.raises(gd.ModelError, match=re.escape(fault)):
-        run(it, [x, np.array(5, I32)])
+        it._run.call(2, [np.array(0, I32), x, np.array(5, I32)])
 
 
 def if_model() -> bytes:

@@ -10,6 +10,7 @@ An op is one class, registered under its TFLite name, that holds everything abou
         def infer(node, graph, shapes): ...        # output shapes from input shapes (and constants)
         def run_cpu(node, graph, inputs): ...      # the CPU kernel (numba, in gpu_delegate/cpu/)
         def cpu_step(node, graph): ...             # optional: run_cpu prepared once for the executor
+        def loop_code(node, graph, asm): ...       # optional: its instructions in a loop's program (loop_program.py)
         def gpu_support(node, graph): ...          # True, or why the GPU path cannot take this node
         def lower(node, graph, ctx): ...           # the GPU kernel calls (kernels/), via lowering.context
         def gpu_expr(node, graph): ...             # elementwise ops: the result as a dialect expression
@@ -23,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import ClassVar, Protocol, TypeVar
+from typing import TYPE_CHECKING, ClassVar, Protocol, TypeVar
 
 import numpy as np
 
@@ -32,6 +33,9 @@ from ..errors import KERNEL_FAULTS, DelegateError, ModelError
 from ..graph import Graph, Node
 from ..lowering.context import LowerContext
 from ..lowering.plan import CodeTable
+
+if TYPE_CHECKING:
+    from ..loop_program import LoopAssembler
 
 T = TypeVar("T")
 REGISTRY: dict[str, type[Op]] = {}
@@ -61,6 +65,11 @@ class Runtime(Protocol):
 
     def call(self, subgraph: int, inputs: list[np.ndarray]) -> list[np.ndarray]:
         """Run subgraph ``subgraph`` on ``inputs``; its outputs."""
+        ...
+
+    def run_loop(self, cond: int, body: int, values: list[np.ndarray]) -> list[np.ndarray] | None:
+        """The loop's variables after ``while cond(values): values = body(values)`` run as one program
+        (loop_program.py); None where the two subgraphs do not make one, for the caller to call them in turn."""
         ...
 
     def output_shapes(self, subgraph: int, input_shapes: list[Shape]) -> list[Shape | None]:
@@ -159,6 +168,13 @@ class Op:
         costs less than the care the executor takes around run_cpu, run again and again by a loop's body; None
         (the default, and where a node needs what only run_cpu does): the executor calls run_cpu."""
         return None
+
+    @staticmethod
+    def loop_code(node: Node, graph: Graph, asm: LoopAssembler) -> None:
+        """The node's instructions in the program of a loop of small tensors (loop_program.py), through ``asm``'s
+        methods, which raise LoopDeclined where the program cannot hold a tensor; the default, for ops without a
+        translation, declines."""
+        raise asm.declined(f"{node}: {node.op} has no loop form")
 
     @staticmethod
     def infer_in(node: Node, graph: Graph, shapes: list[Shape | None], runtime: Runtime) -> list[Shape]:

@@ -79,6 +79,9 @@ class While(Op):
         cond_index = subgraph_attr(node, "cond_subgraph_index")
         body_index = subgraph_attr(node, "body_subgraph_index")
         values = present_inputs(inputs, node)
+        looped = runtime.run_loop(cond_index, body_index, values)
+        if looped is not None:
+            return looped
         while True:
             (cond,) = runtime.call(cond_index, values)
             if cond.size != 1:

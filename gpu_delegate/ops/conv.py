@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 import struct
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -39,6 +40,9 @@ from .checks import (
     scalar_quant,
     tensor_of,
 )
+
+if TYPE_CHECKING:
+    from ..loop_program import LoopAssembler
 from .window import act_defines, activation, gpu_check, need_window, window_attrs
 
 FLOAT, HYBRID, QUANT = "float", "hybrid", "quant"
@@ -598,6 +602,18 @@ class FullyConnected(Op):
             rows = np.asarray(values[x], np.float32).reshape(-1, k)
             values[y] = K.linear_float(rows, wm, bias, lo, hi).reshape(shape)
         return step
+
+    @staticmethod
+    def loop_code(node: Node, graph: Graph, asm: LoopAssembler) -> None:
+        # as cpu_step: float, of constant weights and bias
+        xt, wt, bt = required_tensor(node, graph, 0), required_tensor(node, graph, 1), tensor_of(node, graph, 2)
+        yt = graph.tensors[node.outputs[0]]
+        if kind_of(node, xt, wt, bt, yt, out_axis=0, symmetric_int8=False) != FLOAT or wt.data is None or \
+                (bt is not None and bt.data is None):
+            raise asm.declined(f"{node}: not float with constant weights")
+        bias = float_bias(node, graph, [None, wt.data, None if bt is None else bt.data], 2)
+        lo, hi = K.float_range(activation(node))
+        asm.dense(node.inputs[0], _fc_matrix(node, graph, wt.data), bias, node.outputs[0], float(lo), float(hi))
 
     @staticmethod
     def macs(node: Node, graph: Graph) -> int:

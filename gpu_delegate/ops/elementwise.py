@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import numpy as np
 
@@ -31,6 +31,7 @@ from ..cpu.elementwise import (
     elu,
     f32,
     float_lut,
+    fused_bounds,
     fused_clamp,
     gelu,
     hard_swish,
@@ -53,6 +54,9 @@ from ..lowering.plan import CodeTable
 from ..phwc4 import slices
 from .base import CpuStep, Op, broadcast_shape, lower_elementwise, register
 from .checks import all_required, arity, check_type, is_quantized, per_tensor, quant_of, required, type_kinds
+
+if TYPE_CHECKING:
+    from ..loop_program import LoopAssembler
 
 Shapes = list[tuple[int, ...] | None]
 _ACT = "fused_activation_function"
@@ -225,6 +229,13 @@ class _Unary(Op):
         def step(values: list[np.ndarray | None]) -> None:
             values[y] = np.asarray(compute(values[x], attrs), dtype)  # type: ignore[arg-type]
         return step
+
+    @classmethod
+    def loop_code(cls, node: Node, graph: Graph, asm: LoopAssembler) -> None:
+        tx, ty = graph.tensors[node.inputs[0]], graph.tensors[node.outputs[0]]
+        if len(node.inputs) != 1 or not _plain(tx, ty) or _own_run_cpu(cls, _Unary):
+            raise asm.declined(f"{node}: {node.op} of other than plain tensors")
+        asm.elementwise(node.op, [node.inputs[0]], node.outputs[0])
 
     @classmethod
     def table(cls, node: Node, qi: tuple[float, int], qo: tuple[float, int], dtype: np.dtype) -> np.ndarray:
@@ -475,6 +486,10 @@ class LogicalNot(Op):
     def run_cpu(node: Node, graph: Graph, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
         return [np.logical_not(required(node, inputs, 0))]
 
+    @staticmethod
+    def loop_code(node: Node, graph: Graph, asm: LoopAssembler) -> None:
+        asm.elementwise(node.op, [node.inputs[0]], node.outputs[0])
+
     gpu_ints = True
     gpu_support = staticmethod(_not_all_const)
 
@@ -622,6 +637,16 @@ class _Binary(Op):
             v = compute(node, values[a], values[b])  # type: ignore[arg-type]
             values[y] = np.asarray(fused_clamp(v, act) if act else v, dtype)
         return step
+
+    @classmethod
+    def loop_code(cls, node: Node, graph: Graph, asm: LoopAssembler) -> None:
+        # (an op's own run_cpu is about integers or quantized tensors: of float32 ones it is the plain formula)
+        tensors = [graph.tensors[t] for t in (*node.inputs, *node.outputs) if t >= 0]
+        if len(node.inputs) != 2 or -1 in node.inputs or not _plain(*tensors) or \
+                (_own_run_cpu(cls, _Binary) and any(t.dtype != np.float32 for t in tensors)):
+            raise asm.declined(f"{node}: {node.op} of other than plain tensors")
+        asm.elementwise(node.op, list(node.inputs), node.outputs[0],
+                        *fused_bounds(int(node.attrs.get(_ACT, 0)) if cls.fused else 0))
 
     @classmethod
     def run_quantized(cls, node: Node, a: np.ndarray, b: np.ndarray, qa: tuple[float, int],

@@ -18,11 +18,13 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..cpu import layout as k
 from ..cpu.activation import apply_activation
+from ..cpu.loop_vm import strides_of
 from ..cpu.quant import activation_range
 from ..dtypes import STRING
 from ..errors import DelegateError, ModelError
@@ -31,6 +33,9 @@ from ..lowering.context import LowerContext
 from ..phwc4 import BHWC, bhwc, same_layout, slices, to_rows
 from .base import CpuStep, Defines, Op, register
 from .checks import all_required, const_input, data_dependent, input_count, moves_grid_values, required, same_grid
+
+if TYPE_CHECKING:
+    from ..loop_program import LoopAssembler
 
 Shape = tuple[int, ...]
 Shapes = list[Shape | None]
@@ -94,6 +99,13 @@ def _piece_index(axis: int, sizes: Sequence[int]) -> list[tuple[slice, ...]]:
 def _dynamic(graph: Graph, *tensors: int) -> bool:
     """Whether any of ``tensors`` has a shape known only at run time."""
     return any(graph.tensors[t].dynamic or min(graph.tensors[t].shape, default=0) < 0 for t in tensors)
+
+
+def _loop_copy_all(node: Node, asm: LoopAssembler) -> None:
+    """A reshape in a loop program: the elements in their order (loop_program.py)."""
+    x, y = node.inputs[0], node.outputs[0]
+    n = math.prod(asm.shape(x))
+    asm.copy(y, 0, [1], x, 0, [1], [n])
 
 
 def _c_order(a: np.ndarray) -> np.ndarray:
@@ -356,6 +368,10 @@ class Reshape(Op):
         return step
 
     @staticmethod
+    def loop_code(node: Node, graph: Graph, asm: LoopAssembler) -> None:
+        _loop_copy_all(node, asm)
+
+    @staticmethod
     def gpu_support(node: Node, graph: Graph) -> bool | str:
         return _gpu_check(node, graph)
 
@@ -398,6 +414,10 @@ class Squeeze(Op):
         return [np.squeeze(x, _squeeze_axes(node, x.shape))]
 
     @staticmethod
+    def loop_code(node: Node, graph: Graph, asm: LoopAssembler) -> None:
+        _loop_copy_all(node, asm)
+
+    @staticmethod
     def gpu_support(node: Node, graph: Graph) -> bool | str:
         return _gpu_check(node, graph)
 
@@ -435,6 +455,10 @@ class ExpandDims(Op):
     def run_cpu(node: Node, graph: Graph, inputs: Inputs) -> list[np.ndarray]:
         x = required(node, inputs, 0)
         return [np.expand_dims(x, _expand_axis(node, required(node, inputs, 1), x.ndim))]
+
+    @staticmethod
+    def loop_code(node: Node, graph: Graph, asm: LoopAssembler) -> None:
+        _loop_copy_all(node, asm)
 
     @staticmethod
     def gpu_support(node: Node, graph: Graph) -> bool | str:
@@ -493,6 +517,19 @@ class Concatenation(Op):
             joined = np.concatenate([values[t] for t in parts], axis).astype(dtype, copy=False)
             values[y] = apply_activation(joined, act) if act != ACT_NONE else joined
         return step
+
+    @staticmethod
+    def loop_code(node: Node, graph: Graph, asm: LoopAssembler) -> None:
+        if int(node.attrs.get("fused_activation_function", ACT_NONE)) != ACT_NONE:
+            raise asm.declined(f"{node}: a fused activation")
+        y = node.outputs[0]
+        out_shape = asm.shape(y)
+        axis, out_strides, offset = _axis(node, int(node.attrs.get("axis", 0)), len(out_shape)), \
+            strides_of(out_shape), 0
+        for t in node.inputs:  # each part at its offset along the axis
+            shape = asm.shape(t)
+            asm.copy(y, offset * out_strides[axis], out_strides, t, 0, strides_of(shape), shape)
+            offset += shape[axis]
 
     @staticmethod
     def run_cpu(node: Node, graph: Graph, inputs: Inputs) -> list[np.ndarray]:
@@ -697,6 +734,19 @@ class Split(Op):
         return step
 
     @staticmethod
+    def loop_code(node: Node, graph: Graph, asm: LoopAssembler) -> None:
+        v, x = _const(node, graph, 0), node.inputs[1]
+        if v is None:
+            raise asm.declined(f"{node}: the axis is computed at run time")
+        shape = asm.shape(x)
+        axis, sizes = Split._plan(node, v, shape)
+        x_strides, start = strides_of(shape), 0
+        for y, size in zip(node.outputs, sizes):
+            out_shape = asm.shape(y)
+            asm.copy(y, 0, strides_of(out_shape), x, start * x_strides[axis], x_strides, out_shape)
+            start += size
+
+    @staticmethod
     def gpu_support(node: Node, graph: Graph) -> bool | str:
         return _gpu_check(node, graph, data=(1,), params={0: "axis"},
                           plan=lambda n, g: Split._plan(n, const_input(n, g, 0, "axis"),
@@ -825,6 +875,25 @@ class Slice(Op):
             begin, size = _slice_plan(node, values[b], values[s], data.shape)  # type: ignore[arg-type, union-attr]
             values[y] = _c_order(data[tuple([slice(i, i + n) for i, n in zip(begin, size)])])  # type: ignore[index]
         return step
+
+    @staticmethod
+    def loop_code(node: Node, graph: Graph, asm: LoopAssembler) -> None:
+        # a run-time begin (a loop's counter) is read and checked in the program; the size must be constant
+        x, b, y = node.inputs[0], node.inputs[1], node.outputs[0]
+        shape, bv, sv = asm.shape(x), _const(node, graph, 1), _const(node, graph, 2)
+        if sv is None or (bv is None and any(v < 0 for v in _ints(node, sv, "size"))):
+            raise asm.declined(f"{node}: a size computed at run time")
+        x_strides = strides_of(shape)
+        if bv is not None:
+            begin, size = _slice_plan(node, bv, sv, shape)
+            base = sum(i * st for i, st in zip(begin, x_strides))
+            asm.copy(y, 0, strides_of(tuple(size)), x, base, x_strides, size)
+            return
+        size = _ints(node, sv, "size")
+        if len(size) != len(shape) or any(n > d for n, d in zip(size, shape)):
+            raise ModelError(f"{node}: size {size} does not fit shape {list(shape)}")
+        asm.copy(y, 0, strides_of(tuple(size)), x, 0, x_strides, size,
+                 [(b, d, x_strides[d], shape[d] - size[d]) for d in range(len(shape))])
 
     @staticmethod
     def _const_plan(node: Node, graph: Graph, shape: Shape) -> tuple[list[int], list[int]]:
@@ -983,6 +1052,26 @@ class StridedSlice(Op):
         return step
 
     @staticmethod
+    def loop_code(node: Node, graph: Graph, asm: LoopAssembler) -> None:
+        constants = [v for i in _STRIDED_ARGS if (v := _const(node, graph, i)) is not None]
+        if len(constants) != len(_STRIDED_ARGS):
+            raise asm.declined(f"{node}: begin, end or strides computed at run time")
+        x = node.inputs[0]
+        eff_shape, index = _strided_plan(node, asm.shape(x), *_strided_args(node, constants))
+        eff_strides, counts, steps, base = strides_of(eff_shape), [], [], 0
+        for d, st, ix in zip(eff_shape, eff_strides, index):
+            if isinstance(ix, int):
+                base += ix * st
+                counts.append(1)
+                steps.append(0)
+            else:
+                start, stop, step = ix.indices(d)
+                base += start * st
+                counts.append(len(range(start, stop, step)))
+                steps.append(step * st)
+        asm.copy(node.outputs[0], 0, strides_of(tuple(counts)), x, base, steps, counts)
+
+    @staticmethod
     def _const_plan(node: Node, graph: Graph, shape: Shape) -> tuple[Shape, Index]:
         args = _strided_args(node, [const_input(node, graph, i, what) for i, what in _STRIDED_ARGS.items()])
         return _strided_plan(node, shape, *args)
@@ -1036,6 +1125,17 @@ class Transpose(Op):
         x = required(node, inputs, 0)
         v = _value(node, graph, inputs, 1)  # omitted: numpy's transpose(None) reverses the dimensions
         return [np.ascontiguousarray(x.transpose(None if v is None else _perm(node, v, x.ndim)))]
+
+    @staticmethod
+    def loop_code(node: Node, graph: Graph, asm: LoopAssembler) -> None:
+        x, v = node.inputs[0], _const(node, graph, 1)
+        if v is None:
+            raise asm.declined(f"{node}: the permutation is computed at run time")
+        shape = asm.shape(x)
+        x_strides = strides_of(shape)
+        perm = _perm(node, v, len(shape))
+        out_shape = tuple(shape[q] for q in perm)
+        asm.copy(node.outputs[0], 0, strides_of(out_shape), x, 0, [x_strides[q] for q in perm], out_shape)
 
     @staticmethod
     def gpu_support(node: Node, graph: Graph) -> bool | str:
@@ -1168,6 +1268,19 @@ class Gather(Op):
             # without batch dimensions GATHER is numpy's take (a tenth of k.gather's time on a loop body's rows)
             values[y] = np.take(values[p], where, axis) if bd == 0 else k.gather(values[p], where, axis, bd)  # type: ignore[arg-type]
         return step
+
+    @staticmethod
+    def loop_code(node: Node, graph: Graph, asm: LoopAssembler) -> None:
+        # each index's slice: outer dimensions x its row, the index read (and checked) in the program
+        p, i, y = *node.inputs, node.outputs[0]
+        params, indices = asm.shape(p), asm.shape(i)
+        axis, bd = _gather_axes(node, params, indices)
+        if bd or graph.tensors[p].dtype == STRING:
+            raise asm.declined(f"{node}: batch dimensions")
+        outer, inner, count = math.prod(params[:axis]), math.prod(params[axis + 1:]), math.prod(indices)
+        for j in range(count):
+            asm.copy(y, j * inner, [count * inner, 1], p, 0, [params[axis] * inner, 1], [outer, inner],
+                     [(i, j, inner, params[axis] - 1)])
 
     gpu_ints = True  # int32 params move exactly; run-time int32 indices are read from float32 storage
 

@@ -1,0 +1,247 @@
+"""A WHILE of small tensors run as one program of the numba interpreter (loop_program.py, cpu/loop_vm.py): hand-built
+loops whose bodies hold every translated op and a Keras-style list written at the counter, against LiteRT; what the
+program assumes checked at run time (the loop then runs subgraph by subgraph, which reports what is wrong); a body
+with an op that has no translation runs as before, the reason kept."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import gpu_delegate as gd
+from gpu_delegate.tflite import ModelBuilder
+
+from .reference import assert_float_close, run, run_litert
+
+I32, F32 = np.int32, np.float32
+T, H = 6, 8  # sequence length, state width
+
+
+def _vars(mb: ModelBuilder) -> list[int]:
+    """The loop's variables, as inputs of the current subgraph: i, n, h, seq, out, acc, k."""
+    return [mb.input("i", [], I32), mb.input("n", [], I32), mb.input("h", [1, H]), mb.input("seq", [T, 1, H]),
+            mb.input("out", [T, 1, H]), mb.input("acc", [4, 1]), mb.input("k", [3], I32)]
+
+
+def recurrent_model(extra: str = "") -> bytes:
+    """A recurrent cell over ``seq`` that writes each step's state into ``out`` at the counter, as TensorFlow lowers a
+    Keras layer's output list: GATHER, FULLY_CONNECTED, SPLIT, LOGISTIC, TANH, MUL, ADD (fused RELU_N1_TO_1), DIV,
+    MAXIMUM, SUB, RESHAPE, two SLICEs and a CONCATENATION (the list write), STRIDED_SLICE, TRANSPOSE, int32
+    arithmetic; the condition LESS, GREATER_EQUAL, LOGICAL_AND. ``extra`` "cast" adds a node without a translation."""
+    rng = np.random.default_rng(5)
+    mb = ModelBuilder()
+    cond, body = mb.add_subgraph("cond"), mb.add_subgraph("body")
+    n = mb.input("n", [], I32)
+    seq = mb.input("seq", [T, 1, H])
+    h0 = mb.input("h0", [1, H])
+    start = [mb.const("i0", np.array(0, I32)), n, h0, seq, mb.const("out0", np.zeros((T, 1, H), F32)),
+             mb.const("acc0", np.zeros((4, 1), F32)), mb.const("k0", np.array([3, -7, 11], I32))]
+    names = ["i_f", "n_f", "h_f", "seq_f", "out_f", "acc_f", "k_f"]
+    shapes = [([], I32), ([], I32), ([1, H], F32), ([T, 1, H], F32), ([T, 1, H], F32), ([4, 1], F32), ([3], I32)]
+    finals = [mb.tensor(name, shape, dtype) for name, (shape, dtype) in zip(names, shapes)]
+    mb.op("WHILE", start, finals, cond_subgraph_index=cond, body_subgraph_index=body)
+    mb.output(finals[2], finals[4], finals[5], finals[6], finals[0])
+
+    mb.select(cond)
+    i, n_, *_ = _vars(mb)
+    more, sane, go = mb.tensor("more", [], np.bool_), mb.tensor("sane", [], np.bool_), mb.tensor("go", [], np.bool_)
+    mb.op("LESS", [i, n_], [more])
+    mb.op("GREATER_EQUAL", [n_, mb.const("zero", np.array(0, I32))], [sane])
+    mb.op("LOGICAL_AND", [more, sane], [go])
+    mb.output(go)
+
+    mb.select(body)
+    i, n_, h, seq_, out, acc, k = _vars(mb)
+
+    def t(name: str, shape: list[int], dtype: type = F32) -> int:
+        return mb.tensor(name, shape, dtype)
+
+    i1 = t("i1", [], I32)
+    mb.op("ADD", [i, mb.const("one", np.array(1, I32))], [i1])
+    xi = t("xi", [1, H])
+    mb.op("GATHER", [seq_, i], [xi], axis=0)
+    z = t("z", [1, 2 * H])
+    mb.op("FULLY_CONNECTED", [xi, mb.const("w", (rng.standard_normal((2 * H, H)) / 3).astype(F32)),
+                              mb.const("b", rng.standard_normal(2 * H).astype(F32) / 4)], [z])
+    zr = t("zr", [1, 2 * H])
+    mb.op("FULLY_CONNECTED", [h, mb.const("r", (rng.standard_normal((2 * H, H)) / 3).astype(F32)), -1], [zr])
+    zz = t("zz", [1, 2 * H])
+    mb.op("ADD", [z, zr], [zz])
+    gate, cand = t("gate", [1, H]), t("cand", [1, H])
+    mb.op("SPLIT", [mb.const("axis", np.array(1, I32)), zz], [gate, cand], num_splits=2)
+    g, c = t("g", [1, H]), t("c", [1, H])
+    mb.op("LOGISTIC", [gate], [g])
+    mb.op("TANH", [cand], [c])
+    gh, h1 = t("gh", [1, H]), t("h1", [1, H])
+    mb.op("MUL", [g, h], [gh])
+    mb.op("ADD", [gh, c], [h1], fused_activation_function="RELU_N1_TO_1")
+    half, low, h2 = t("half", [1, H]), t("low", [1, H]), t("h2", [1, H])
+    mb.op("DIV", [h1, mb.const("two", np.array([2.0], F32))], [half])
+    mb.op("SUB", [h1, mb.const("shift", np.linspace(-0.5, 0.5, H).astype(F32))], [low])
+    mb.op("MAXIMUM", [half, low], [h2])
+    if extra == "cast":
+        as_int, back = t("as_int", [1, H], I32), t("back", [1, H])
+        mb.op("CAST", [h2], [as_int])
+        mb.op("CAST", [as_int], [back])
+        h3 = t("h3", [1, H])
+        mb.op("ADD", [h2, back], [h3])
+        h2 = h3
+    # the list write: out[:i] ++ [h2] ++ out[i + 1:]
+    item = t("item", [1, 1, H])
+    mb.op("RESHAPE", [h2, mb.const("item_shape", np.array([1, 1, H], I32))], [item])
+    i_1, i1_1 = t("i_1", [1], I32), t("i1_1", [1], I32)
+    mb.op("RESHAPE", [i, mb.const("one_shape", np.array([1], I32))], [i_1])
+    mb.op("RESHAPE", [i1, mb.const("one_shape2", np.array([1], I32))], [i1_1])
+    size, begin = t("size", [3], I32), t("begin", [3], I32)
+    mb.op("CONCATENATION", [i_1, mb.const("rest_size", np.array([-1, -1], I32))], [size], axis=0)
+    mb.op("CONCATENATION", [i1_1, mb.const("rest_begin", np.array([0, 0], I32))], [begin], axis=0)
+    # the slices' sizes change every iteration: shape signatures with -1, as the converter writes them
+    head = mb.tensor("head", [1, 1, 1], F32, shape_signature=[-1, -1, -1])
+    tail = mb.tensor("tail", [1, 1, H], F32, shape_signature=[-1, 1, H])
+    out1 = t("out1", [T, 1, H])
+    mb.op("SLICE", [out, mb.const("zeros3", np.zeros(3, I32)), size], [head])
+    mb.op("SLICE", [out, begin, mb.const("all3", np.full(3, -1, I32))], [tail])
+    mb.op("CONCATENATION", [head, item, tail], [out1], axis=0)
+    # acc += transpose(h2[:, ::2])
+    odd, col, acc1 = t("odd", [1, 4]), t("col", [4, 1]), t("acc1", [4, 1])
+    mb.op("STRIDED_SLICE", [h2, mb.const("ss_b", np.array([0, 0], I32)), mb.const("ss_e", np.array([1, H], I32)),
+                            mb.const("ss_s", np.array([1, 2], I32))], [odd])
+    mb.op("TRANSPOSE", [odd, mb.const("perm", np.array([1, 0], I32))], [col])
+    mb.op("ADD", [acc, col], [acc1])
+    # k = max(k * 2 - i, k - 5): int32 arithmetic, broadcast against the counter
+    k2, k3, k4, k5 = t("k2", [3], I32), t("k3", [3], I32), t("k4", [3], I32), t("k5", [3], I32)
+    mb.op("MUL", [k, mb.const("k_two", np.array(2, I32))], [k2])
+    mb.op("SUB", [k2, i], [k3])
+    mb.op("SUB", [k, mb.const("k_five", np.array([5], I32))], [k4])
+    mb.op("MAXIMUM", [k3, k4], [k5])
+    mb.output(i1, n_, h2, seq_, out1, acc1, k5)
+    return mb.build()
+
+
+def inputs(count: int) -> list[np.ndarray]:
+    rng = np.random.default_rng(7)
+    return [np.array(count, I32), rng.standard_normal((T, 1, H)).astype(F32), rng.standard_normal((1, H)).astype(F32)]
+
+
+def programs(it: gd.Interpreter) -> list:
+    return [p for p in it._run._loops.values() if p is not None]
+
+
+@pytest.mark.parametrize("count", [0, 1, T])
+def test_recurrent_loop_runs_as_one_program(count):
+    """Every node of the condition and the body translated (the list write as one), LiteRT's values: the float
+    state within float32 rounding (the program's exp and tanh are float64's rounded), the list, the int32
+    arithmetic and the counter exactly where the arithmetic is exact."""
+    content = recurrent_model()
+    x = inputs(count)
+    it = gd.Interpreter(model_content=content)
+    ours, ref = run(it, x), run_litert(content, x)
+    assert len(programs(it)) == 1 and not it._run.loop_reasons, it._run.loop_reasons
+    for name, o, r in zip(("h", "out", "acc", "k", "i"), ours, ref, strict=True):
+        assert o.shape == r.shape and o.dtype == r.dtype, (name, o.shape, r.shape, o.dtype, r.dtype)
+        if o.dtype == F32:
+            assert_float_close(o, r, rel=1e-5, what=name)
+        else:
+            np.testing.assert_array_equal(o, r, err_msg=name)
+    assert int(ours[4]) == count
+    if count:  # the items past the counter stay zero; the last one written is the final state
+        np.testing.assert_array_equal(ours[1][count:], 0)
+        np.testing.assert_array_equal(ours[1][count - 1, 0], ours[0][0])
+
+
+def test_an_index_outside_the_list_runs_subgraph_by_subgraph():
+    """A counter past the sequence: the program's GATHER index check fails, nothing is kept of its run, and the loop
+    runs subgraph by subgraph, whose GATHER reports the index (LiteRT refuses it too)."""
+    content = recurrent_model()
+    it = gd.Interpreter(model_content=content)
+    with pytest.raises(gd.ModelError, match="gather index 6 out of bounds"):
+        run(it, inputs(T + 1))
+    (program,) = programs(it)
+    assert program.failed is not None and program.failed.op == "GATHER", program.failed
+    # the same interpreter, in range again: the program's values
+    x = inputs(T)
+    ours, ref = run(it, x), run_litert(content, x)
+    assert_float_close(ours[0], ref[0], rel=1e-5)
+
+
+def test_a_node_without_translation_leaves_the_loop_to_its_subgraphs():
+    """CAST has no loop form: the loop runs subgraph by subgraph as before (LiteRT's values), the reason kept."""
+    content = recurrent_model("cast")
+    x = inputs(T)
+    it = gd.Interpreter(model_content=content)
+    ours, ref = run(it, x), run_litert(content, x)
+    assert not programs(it)
+    (why,) = it._run.loop_reasons.values()
+    assert "CAST" in why, why
+    assert_float_close(ours[0], ref[0], rel=1e-5)
+    np.testing.assert_array_equal(ours[3], ref[3])
+
+
+def test_a_profiled_loop_reports_its_nodes():
+    """With a profiler every node of every iteration is reported, so the loop runs subgraph by subgraph."""
+    content = recurrent_model()
+    it = gd.Interpreter(model_content=content)
+    events = []
+    it.set_profiler(events.append)
+    run(it, inputs(2))
+    assert not programs(it)
+    assert sum(e.op == "FULLY_CONNECTED" for e in events) == 4, [e.op for e in events]
+
+
+def layout_model() -> bytes:
+    """A loop over a [2, 6] state of the other translations: FULLY_CONNECTED of two rows with a fused RELU, GATHER of a
+    constant index vector along axis 1, SLICE at a constant begin, STRIDED_SLICE shrinking an axis, EXPAND_DIMS,
+    SQUEEZE, a CONCATENATION of three parts along axis 1, EXP, NEG, MINIMUM, a float comparison and LOGICAL_NOT."""
+    rng = np.random.default_rng(11)
+    mb = ModelBuilder()
+    cond, body = mb.add_subgraph("cond"), mb.add_subgraph("body")
+    x = mb.input("x", [2, 6])
+    finals = [mb.tensor("i_f", [], I32), mb.tensor("x_f", [2, 6]), mb.tensor("flag_f", [2, 6], np.bool_)]
+    mb.op("WHILE", [mb.const("i0", np.array(0, I32)), x, mb.const("flag0", np.zeros((2, 6), np.bool_))], finals,
+          cond_subgraph_index=cond, body_subgraph_index=body)
+    mb.output(finals[1], finals[2])
+    mb.select(cond)
+    i, _, _ = mb.input("i", [], I32), mb.input("x", [2, 6]), mb.input("flag", [2, 6], np.bool_)
+    go = mb.tensor("go", [], np.bool_)
+    mb.op("LESS", [i, mb.const("n", np.array(4, I32))], [go])
+    mb.output(go)
+    mb.select(body)
+    i, s, _ = mb.input("i", [], I32), mb.input("x", [2, 6]), mb.input("flag", [2, 6], np.bool_)
+
+    def t(name: str, shape: list[int], dtype: type = F32) -> int:
+        return mb.tensor(name, shape, dtype)
+
+    i1, fc, picked, part, row = t("i1", [], I32), t("fc", [2, 6]), t("picked", [2, 2]), t("part", [2, 2]), t("row", [6])
+    mb.op("ADD", [i, mb.const("one", np.array(1, I32))], [i1])
+    mb.op("FULLY_CONNECTED", [s, mb.const("w", (rng.standard_normal((6, 6)) / 2).astype(F32)),
+                              mb.const("b", rng.standard_normal(6).astype(F32) / 4)], [fc],
+          fused_activation_function="RELU")
+    mb.op("GATHER", [fc, mb.const("cols", np.array([5, 0], I32))], [picked], axis=1)
+    mb.op("SLICE", [s, mb.const("sb", np.array([0, 2], I32)), mb.const("sz", np.array([2, 2], I32))], [part])
+    mb.op("STRIDED_SLICE", [fc, mb.const("b1", np.array([1, 0], I32)), mb.const("e1", np.array([2, 6], I32)),
+                            mb.const("s1", np.array([1, 1], I32))], [row], shrink_axis_mask=1)
+    wide, back = t("wide", [1, 6]), t("back", [6])
+    mb.op("EXPAND_DIMS", [row, mb.const("ax", np.array(0, I32))], [wide])
+    mb.op("SQUEEZE", [wide], [back], squeeze_dims=[0])
+    tiny, tail = t("tiny", [2, 2]), t("tail", [2, 2])
+    mb.op("EXP", [part], [tiny])
+    mb.op("NEG", [picked], [tail])
+    joined, small, mixed = t("joined", [2, 6]), t("small", [2, 6]), t("mixed", [2, 6])
+    mb.op("CONCATENATION", [tiny, tail, picked], [joined], axis=1)
+    mb.op("MINIMUM", [joined, back], [small])
+    mb.op("MUL", [small, mb.const("scale", np.array(0.5, F32))], [mixed])
+    big, flag = t("big", [2, 6], np.bool_), t("flag1", [2, 6], np.bool_)
+    mb.op("GREATER", [mixed, s], [big])
+    mb.op("LOGICAL_NOT", [big], [flag])
+    mb.output(i1, mixed, flag)
+    return mb.build()
+
+
+def test_layout_ops_in_a_loop_program():
+    content = layout_model()
+    x = [np.random.default_rng(3).standard_normal((2, 6)).astype(F32)]
+    it = gd.Interpreter(model_content=content)
+    ours, ref = run(it, x), run_litert(content, x)
+    assert len(programs(it)) == 1 and not it._run.loop_reasons, it._run.loop_reasons
+    assert_float_close(ours[0], ref[0], rel=1e-5)
+    np.testing.assert_array_equal(ours[1], ref[1])
