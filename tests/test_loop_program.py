@@ -144,6 +144,8 @@ def test_recurrent_loop_runs_as_one_program(count):
         else:
             np.testing.assert_array_equal(o, r, err_msg=name)
     assert int(ours[4]) == count
+    for again, first in zip(run(it, x), ours, strict=True):  # the program's workspace serves the next invoke
+        np.testing.assert_array_equal(again, first)
     if count:  # the items past the counter stay zero; the last one written is the final state
         np.testing.assert_array_equal(ours[1][count:], 0)
         np.testing.assert_array_equal(ours[1][count - 1, 0], ours[0][0])
