@@ -62,6 +62,8 @@ class LoopAssembler:
         self.node: Node | None = None
         # tensors whose shape the graph leaves to run time but a translation knows (a list after its item is set)
         self.static: dict[tuple[int, int], Shape] = {}
+        # tensors that a translation found constant (a DEQUANTIZE of float16 weights), with their values
+        self.folded: dict[tuple[int, int], np.ndarray] = {}
 
     def declined(self, why: str) -> LoopDeclined:
         """The exception an op's loop_code raises where it has no translation for the node."""
@@ -98,6 +100,22 @@ class LoopAssembler:
             if tensor.data is not None:
                 self.constants.append((self.places[key], np.asarray(tensor.data)))
         return self.places[key]
+
+    def value(self, t: int) -> np.ndarray | None:
+        """Tensor ``t``'s constant value (the graph's, or one folded here); None where it is computed."""
+        graph = self._graph()
+        data = graph.tensors[t].data if t >= 0 else None
+        return data if data is not None or t < 0 else self.folded.get((graph.index, t))
+
+    def fold(self, t: int, value: np.ndarray) -> None:
+        """Tensor ``t`` is the constant ``value`` (its node emits nothing)."""
+        graph = self._graph()
+        key = (graph.index, t)
+        if key in self.places:
+            raise LoopDeclined(f"{self.node}: tensor {t} is read before it is folded")
+        self.folded[key] = np.asarray(value)
+        self.places[key] = self._reserve(self.folded[key].size)
+        self.constants.append((self.places[key], self.folded[key]))
 
     def share(self, t: int, place: int) -> None:
         """Tensor ``t`` of the current subgraph at ``place`` (the condition's inputs at the loop variables')."""

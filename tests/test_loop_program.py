@@ -5,15 +5,19 @@ with an op that has no translation runs as before, the reason kept."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 import gpu_delegate as gd
 from gpu_delegate.tflite import ModelBuilder
+from gpu_delegate.tools import benchmark_input
 
 from .reference import assert_float_close, run, run_litert
 
 I32, F32 = np.int32, np.float32
+CONVERTER = Path(__file__).parent / "models" / "converter"
 T, H = 6, 8  # sequence length, state width
 
 
@@ -247,3 +251,19 @@ def test_layout_ops_in_a_loop_program():
     assert len(programs(it)) == 1 and not it._run.loop_reasons, it._run.loop_reasons
     assert_float_close(ours[0], ref[0], rel=1e-5)
     np.testing.assert_array_equal(ours[1], ref[1])
+
+
+@pytest.mark.parametrize("name", ["bilstm_keras3_b1_fp32", "bilstm_tf_keras_b1_fp16", "bilstm_tf_keras_b1_dynrange"])
+def test_converted_recurrent_layers_run_as_programs(name):
+    """TensorFlow's converter's loops (Keras 3 LSTM and GRU; tf_keras GRU and SimpleRNN with float16 weights, whose
+    DEQUANTIZEs fold into the program's constants, and with dynamic-range weights): every loop one program, LiteRT's
+    values."""
+    content = (CONVERTER / f"{name}.tflite").read_bytes()
+    it = gd.Interpreter(model_content=content)
+    it.allocate_tensors()
+    rng = np.random.default_rng(2)
+    x = [benchmark_input(d["shape"], d["dtype"], rng) for d in it.get_input_details()]  # token ids in range
+    ours, ref = run(it, x), run_litert(content, x)
+    assert it._run._loops and all(p is not None for p in it._run._loops.values()), it._run.loop_reasons
+    for o, r in zip(ours, ref, strict=True):
+        assert_float_close(o, r, rel=1e-4, what=name)

@@ -605,15 +605,17 @@ class FullyConnected(Op):
 
     @staticmethod
     def loop_code(node: Node, graph: Graph, asm: LoopAssembler) -> None:
-        # as cpu_step: float, of constant weights and bias
+        # as cpu_step: float, of constant weights and bias (or of float16 ones that a DEQUANTIZE in the loop makes)
         xt, wt, bt = required_tensor(node, graph, 0), required_tensor(node, graph, 1), tensor_of(node, graph, 2)
         yt = graph.tensors[node.outputs[0]]
-        if kind_of(node, xt, wt, bt, yt, out_axis=0, symmetric_int8=False) != FLOAT or wt.data is None or \
-                (bt is not None and bt.data is None):
+        w, b = asm.value(node.inputs[1]), asm.value(node.inputs[2] if len(node.inputs) > 2 else -1)
+        if kind_of(node, xt, wt, bt, yt, out_axis=0, symmetric_int8=False) != FLOAT or w is None or \
+                (bt is not None and b is None):
             raise asm.declined(f"{node}: not float with constant weights")
-        bias = float_bias(node, graph, [None, wt.data, None if bt is None else bt.data], 2)
+        bias = float_bias(node, graph, [None, w, b], 2)
         lo, hi = K.float_range(activation(node))
-        asm.dense(node.inputs[0], _fc_matrix(node, graph, wt.data), bias, node.outputs[0], float(lo), float(hi))
+        matrix = _fc_matrix(node, graph, w) if wt.data is not None else K.weight_matrices(as_f32(w), 1)[0]
+        asm.dense(node.inputs[0], matrix, bias, node.outputs[0], float(lo), float(hi))
 
     @staticmethod
     def macs(node: Node, graph: Graph) -> int:

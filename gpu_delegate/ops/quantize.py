@@ -12,6 +12,8 @@ quantized output (lowering/fuse_elementwise.py).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from ..cpu.quant import quantize
@@ -21,6 +23,9 @@ from ..errors import ModelError
 from ..graph import Graph, Node
 from .base import Op, lower_elementwise, register
 from .checks import arity, is_quantized, per_tensor, quant_of, required
+
+if TYPE_CHECKING:
+    from ..loop_program import LoopAssembler
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float16))
 
@@ -106,6 +111,14 @@ class Dequantize(Op):
         if graph.tensors[t].is_const:
             return [dequantized(graph, t)]
         return [dequantize_tensor(required(node, inputs, 0), graph.tensors[t])]
+
+    @staticmethod
+    def loop_code(node: Node, graph: Graph, asm: LoopAssembler) -> None:
+        # of a constant (a recurrent layer's float16 weights): the loop's constant
+        t = node.inputs[0]
+        if not graph.tensors[t].is_const:
+            raise asm.declined(f"{node}: DEQUANTIZE of a tensor computed in the loop")
+        asm.fold(node.outputs[0], dequantized(graph, t))
 
     # a constant input is folded; any other input the GpuDelegate let through is already a float there
     @staticmethod
