@@ -186,6 +186,8 @@ def _box(code: np.ndarray, fparams: np.ndarray, k: int, ws: np.ndarray, a_base: 
                         ws[o + i3 * os3] = ws[a + i3 * as3]
                 elif kind == BINARY and out_type == F32 and not clamped and fn <= 2:
                     _float_arithmetic(ws, fn, o, os3, a, as3, b, bs3, n3)
+                elif kind == UNARY and out_type == F32 and not clamped and 1 <= fn <= 2:
+                    _gate(ws, fn, o, os3, a, as3, n3)
                 else:
                     for i3 in range(n3):
                         va = ws[a + i3 * as3]
@@ -211,6 +213,17 @@ def _float_arithmetic(ws: np.ndarray, fn: int, o: int, os: int, a: int, as_: int
     else:
         for i in range(n):
             ws[o + i * os] = np.float64(np.float32(ws[a + i * as_] * ws[b + i * bs]))
+
+
+@njit(cache=True, error_model="numpy")
+def _gate(ws: np.ndarray, fn: int, o: int, os: int, a: int, as_: int, n: int) -> None:
+    """A row of a float32 LOGISTIC or TANH (a recurrent cell's gates), a loop of its own for each."""
+    if fn == 1:
+        for i in range(n):
+            ws[o + i * os] = np.float64(np.float32(1.0 / (1.0 + np.exp(-ws[a + i * as_]))))
+    else:
+        for i in range(n):
+            ws[o + i * os] = np.float64(np.float32(np.tanh(ws[a + i * as_])))
 
 
 @njit(cache=True, error_model="numpy")
