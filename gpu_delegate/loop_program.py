@@ -149,14 +149,33 @@ class LoopAssembler:
             kind = self.type_of(t)
             if kind == vm.I32 and fn not in vm.INT_FNS or kind == vm.BOOL and fn not in vm.BOOL_FNS:
                 raise LoopDeclined(f"{self.node}: {fn} of {'int32' if kind == vm.I32 else 'bool'} tensors")
+        row = self._broadcast(vm.UNARY if len(inputs) == 1 else vm.BINARY, inputs, y)
+        row[vm.F_FN] = table[fn]
+        self._emit(row, lo, hi)
+
+    def select(self, cond: int, x: int, y: int, out: int, rows: bool = False) -> None:
+        """out = x where cond else y, with numpy's broadcasting (``rows``: cond a vector over the first
+        dimension, SELECT's other form)."""
+        kind = self.type_of(out)
+        if self.type_of(cond) != vm.BOOL or self.type_of(x) != kind or self.type_of(y) != kind:
+            raise LoopDeclined(f"{self.node}: operand types")
+        shapes = None
+        if rows:
+            rank = len(self.shape(out))
+            shapes = [self.shape(cond) + (1,) * (rank - 1), self.shape(x), self.shape(y)]
+        self._emit(self._broadcast(vm.SELECT, [cond, x, y], out, shapes))
+
+    def _broadcast(self, kind: int, inputs: Sequence[int], y: int, shapes: Sequence[Shape] | None = None
+                   ) -> np.ndarray:
+        """An instruction row of ``kind`` over y's elements, each input's strides broadcast against y's shape
+        (``shapes``: the inputs' shapes, where they are read as other than their own)."""
         out_shape = self.shape(y)
         rank = len(out_shape)
         strides = [strides_of(out_shape)]
-        for t in inputs:
-            shape = self.shape(t)
+        for shape in shapes or [self.shape(t) for t in inputs]:
             if len(shape) > rank:
                 raise LoopDeclined(f"{self.node}: an input of rank {len(shape)} for an output of rank {rank}")
-            padded = (1,) * (rank - len(shape)) + shape
+            padded = (1,) * (rank - len(shape)) + tuple(shape)
             own = strides_of(padded)
             strides.append([0 if d == 1 else s for d, s in zip(padded, own)])
         folded = _fold(out_shape, *strides)
@@ -164,14 +183,13 @@ class LoopAssembler:
             raise LoopDeclined(f"{self.node}: more than 4 dimensions")
         counts, (out_s, *in_s) = folded
         row = np.zeros(vm.WIDTH, np.int64)
-        row[vm.F_KIND] = vm.UNARY if len(inputs) == 1 else vm.BINARY
-        row[vm.F_FN] = table[fn]
+        row[vm.F_KIND] = kind
         row[vm.F_TYPE] = self.type_of(y)
         row[vm.F_N:vm.F_N + 4] = counts
         row[vm.F_OUT], row[vm.F_OUT + 1:vm.F_OUT + 5] = self.place(y), out_s
-        for field, t, s in zip((vm.F_A, vm.F_B), inputs, in_s):
+        for field, t, s in zip((vm.F_A, vm.F_B, vm.F_C), inputs, in_s):
             row[field], row[field + 1:field + 5] = self.place(t), s
-        self._emit(row, lo, hi)
+        return row
 
     def copy(self, y: int, y_base: int, y_strides: Sequence[int], x: int, x_base: int, x_strides: Sequence[int],
              counts: Sequence[int], indices: Sequence[tuple[int, int, int, int]] = (),

@@ -30,8 +30,9 @@ def _vars(mb: ModelBuilder) -> list[int]:
 def recurrent_model(extra: str = "") -> bytes:
     """A recurrent cell over ``seq`` that writes each step's state into ``out`` at the counter, as TensorFlow lowers a
     Keras layer's output list: GATHER, FULLY_CONNECTED, SPLIT, LOGISTIC, TANH, MUL, ADD (fused RELU_N1_TO_1), DIV,
-    MAXIMUM, SUB, RESHAPE, two SLICEs and a CONCATENATION (the list write), STRIDED_SLICE, TRANSPOSE, int32
-    arithmetic; the condition LESS, GREATER_EQUAL, LOGICAL_AND. ``extra`` "cast" adds a node without a translation."""
+    MAXIMUM, SUB, GREATER and SELECT_V2 (Keras' masking), CAST, RESHAPE, two SLICEs and a CONCATENATION (the list
+    write), STRIDED_SLICE, TRANSPOSE, int32 arithmetic; the condition LESS, GREATER_EQUAL, LOGICAL_AND. ``extra``
+    "reverse" adds a node without a translation (REVERSE_V2)."""
     rng = np.random.default_rng(5)
     mb = ModelBuilder()
     cond, body = mb.add_subgraph("cond"), mb.add_subgraph("body")
@@ -83,13 +84,20 @@ def recurrent_model(extra: str = "") -> bytes:
     mb.op("DIV", [h1, mb.const("two", np.array([2.0], F32))], [half])
     mb.op("SUB", [h1, mb.const("shift", np.linspace(-0.5, 0.5, H).astype(F32))], [low])
     mb.op("MAXIMUM", [half, low], [h2])
-    if extra == "cast":
-        as_int, back = t("as_int", [1, H], I32), t("back", [1, H])
-        mb.op("CAST", [h2], [as_int])
-        mb.op("CAST", [as_int], [back])
-        h3 = t("h3", [1, H])
-        mb.op("ADD", [h2, back], [h3])
-        h2 = h3
+    # Keras' masking: the state moves only where the step's input is positive; plus the counter as a float
+    positive, kept = t("positive", [1, H], np.bool_), t("kept", [1, H])
+    mb.op("GREATER", [xi, mb.const("zero_f", np.array(0.0, F32))], [positive])
+    mb.op("SELECT_V2", [positive, h2, h], [kept])
+    step, nudge, h3 = t("step", []), t("nudge", []), t("h3", [1, H])
+    mb.op("CAST", [i], [step])
+    mb.op("MUL", [step, mb.const("tenth", np.array(0.1, F32))], [nudge])
+    mb.op("ADD", [kept, nudge], [h3])
+    h2 = h3
+    if extra == "reverse":
+        back, h4 = t("back", [1, H]), t("h4", [1, H])
+        mb.op("REVERSE_V2", [h2, mb.const("rev_axis", np.array([1], I32))], [back])
+        mb.op("ADD", [h2, back], [h4])
+        h2 = h4
     # the list write: out[:i] ++ [h2] ++ out[i + 1:]
     item = t("item", [1, 1, H])
     mb.op("RESHAPE", [h2, mb.const("item_shape", np.array([1, 1, H], I32))], [item])
@@ -171,14 +179,15 @@ def test_an_index_outside_the_list_runs_subgraph_by_subgraph():
 
 
 def test_a_node_without_translation_leaves_the_loop_to_its_subgraphs():
-    """CAST has no loop form: the loop runs subgraph by subgraph as before (LiteRT's values), the reason kept."""
-    content = recurrent_model("cast")
+    """REVERSE_V2 has no loop form: the loop runs subgraph by subgraph as before (LiteRT's values), the reason
+    kept."""
+    content = recurrent_model("reverse")
     x = inputs(T)
     it = gd.Interpreter(model_content=content)
     ours, ref = run(it, x), run_litert(content, x)
     assert not programs(it)
     (why,) = it._run.loop_reasons.values()
-    assert "CAST" in why, why
+    assert "REVERSE_V2" in why, why
     assert_float_close(ours[0], ref[0], rel=1e-5)
     np.testing.assert_array_equal(ours[3], ref[3])
 

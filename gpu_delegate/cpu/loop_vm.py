@@ -16,6 +16,7 @@ bounds):
                   indices read from the workspace, each checked against its range (a GATHER's index, a SLICE's
                   begin, a list's item written at the loop's counter): a RESHAPE, SLICE, STRIDED_SLICE, SPLIT,
                   GATHER, TRANSPOSE or a part of a CONCATENATION.
+  SELECT          out[i] = b[i] where a[i] else c[i] over such a box (c's base and strides from ``F_C``).
   CHECK           a value (``F_A``) is another's (``F_B``) plus ``F_N``, or where ``F_B`` is -1, one of the two
                   values at ``F_N + 1`` and ``F_N + 2``: what a translation assumed of run-time values.
   DENSE           a FULLY_CONNECTED: out[m, o] = clamp(sum_k x[m, k] w[k, o] + bias[o]) (w as [K, O]: the inner
@@ -32,14 +33,14 @@ import numpy as np
 from .jit import njit
 
 # instruction kinds
-UNARY, BINARY, COPY, DENSE, CHECK = 0, 1, 2, 3, 4
+UNARY, BINARY, COPY, DENSE, CHECK, SELECT = 0, 1, 2, 3, 4, 5
 # COPY's fn: what its run-time indices move
 MOVE_SOURCE, MOVE_OUTPUT = 0, 1
 # output types: how a result is rounded on its store
 F32, I32, BOOL = 0, 1, 2
 # functions, by op name
 UNARY_FNS = {"IDENTITY": 0, "LOGISTIC": 1, "TANH": 2, "RELU": 3, "RELU6": 4, "EXP": 5, "NEG": 6, "ABS": 7,
-             "SQRT": 8, "RSQRT": 9, "LOG": 10, "SQUARE": 11, "LOGICAL_NOT": 12, "RELU_N1_TO_1": 13}
+             "SQRT": 8, "RSQRT": 9, "LOG": 10, "SQUARE": 11, "LOGICAL_NOT": 12, "RELU_N1_TO_1": 13, "CAST": 14}
 BINARY_FNS = {"ADD": 0, "SUB": 1, "MUL": 2, "DIV": 3, "MAXIMUM": 4, "MINIMUM": 5, "LESS": 6, "LESS_EQUAL": 7,
               "GREATER": 8, "GREATER_EQUAL": 9, "EQUAL": 10, "NOT_EQUAL": 11, "LOGICAL_AND": 12, "LOGICAL_OR": 13,
               "SQUARED_DIFFERENCE": 14}
@@ -47,8 +48,8 @@ BINARY_FNS = {"ADD": 0, "SUB": 1, "MUL": 2, "DIV": 3, "MAXIMUM": 4, "MINIMUM": 5
 INT_EXACT = (0, 1, 2)
 # what each function takes besides float32: int32 (exact in the workspace, and as TFLite computes it), bool
 INT_FNS = {"IDENTITY", "RELU", "RELU6", "RELU_N1_TO_1", "NEG", "ABS", "ADD", "SUB", "MUL", "MAXIMUM", "MINIMUM",
-           "LESS", "LESS_EQUAL", "GREATER", "GREATER_EQUAL", "EQUAL", "NOT_EQUAL"}
-BOOL_FNS = {"IDENTITY", "LOGICAL_NOT", "LOGICAL_AND", "LOGICAL_OR", "EQUAL", "NOT_EQUAL"}
+           "LESS", "LESS_EQUAL", "GREATER", "GREATER_EQUAL", "EQUAL", "NOT_EQUAL", "CAST"}
+BOOL_FNS = {"IDENTITY", "LOGICAL_NOT", "LOGICAL_AND", "LOGICAL_OR", "EQUAL", "NOT_EQUAL", "CAST"}
 
 # the fields of an instruction row
 F_KIND, F_FN, F_TYPE = 0, 1, 2
@@ -58,6 +59,7 @@ F_A = 12  # base, then 4 strides (DENSE: x's base)
 F_B = 17  # base, then 4 strides (DENSE: w's base)
 F_BIAS = 22  # DENSE: the bias's base, or -1
 F_DYN = 22  # COPY: 4 run-time indices, each (workspace place or -1, stride, largest index)
+F_C = 22  # SELECT: the third operand's base, then 4 strides
 WIDTH = 34
 FWIDTH = 2  # clamp's low and high bounds
 
@@ -111,7 +113,9 @@ def _unary(fn: int, v: float) -> float:
         return v * v
     if fn == 12:
         return 1.0 if v == 0.0 else 0.0
-    return -1.0 if v < -1.0 else (1.0 if v > 1.0 else v)
+    if fn == 13:
+        return -1.0 if v < -1.0 else (1.0 if v > 1.0 else v)
+    return np.trunc(v)  # CAST: toward zero, which the store of an int32 keeps (a bool's store tests v != 0)
 
 
 @njit(cache=True, error_model="numpy")
@@ -175,13 +179,18 @@ def _box(code: np.ndarray, fparams: np.ndarray, k: int, ws: np.ndarray, a_base: 
     os0, os1, os2, os3 = row[F_OUT + 1], row[F_OUT + 2], row[F_OUT + 3], row[F_OUT + 4]
     as0, as1, as2, as3 = row[F_A + 1], row[F_A + 2], row[F_A + 3], row[F_A + 4]
     bb, bs0, bs1, bs2, bs3 = row[F_B], row[F_B + 1], row[F_B + 2], row[F_B + 3], row[F_B + 4]
+    cb, cs0, cs1, cs2, cs3 = row[F_C], row[F_C + 1], row[F_C + 2], row[F_C + 3], row[F_C + 4]
     for i0 in range(n0):
         for i1 in range(n1):
             for i2 in range(n2):
                 o = ob + i0 * os0 + i1 * os1 + i2 * os2
                 a = a_base + i0 * as0 + i1 * as1 + i2 * as2
                 b = bb + i0 * bs0 + i1 * bs1 + i2 * bs2
-                if kind == COPY:
+                if kind == SELECT:
+                    c = cb + i0 * cs0 + i1 * cs1 + i2 * cs2
+                    for i3 in range(n3):
+                        ws[o + i3 * os3] = ws[b + i3 * bs3] if ws[a + i3 * as3] != 0.0 else ws[c + i3 * cs3]
+                elif kind == COPY:
                     for i3 in range(n3):
                         ws[o + i3 * os3] = ws[a + i3 * as3]
                 elif kind == BINARY and out_type == F32 and not clamped and fn <= 2:

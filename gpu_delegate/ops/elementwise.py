@@ -527,6 +527,10 @@ class Cast(Op):
         with np.errstate(invalid="ignore"):
             return [x.astype(out)]
 
+    @staticmethod
+    def loop_code(node: Node, graph: Graph, asm: LoopAssembler) -> None:
+        asm.elementwise("CAST", [node.inputs[0]], node.outputs[0])
+
     gpu_ints = True
 
     @staticmethod
@@ -1054,6 +1058,11 @@ class SelectV2(Op):
         c, x, y = all_required(node, inputs)
         return [np.where(c, x, y)]
 
+    @staticmethod
+    def loop_code(node: Node, graph: Graph, asm: LoopAssembler) -> None:
+        c, x, y = node.inputs
+        asm.select(c, x, y, node.outputs[0])
+
     gpu_ints = True
 
     @staticmethod
@@ -1101,3 +1110,8 @@ class Select(SelectV2):
         if c.ndim == 1 and x.ndim > 1:
             c = c.reshape(c.shape + (1,) * (x.ndim - 1))
         return [np.where(c, x, y)]
+
+    @staticmethod
+    def loop_code(node: Node, graph: Graph, asm: LoopAssembler) -> None:
+        c, x, y = node.inputs
+        asm.select(c, x, y, node.outputs[0], rows=len(asm.shape(c)) == 1 and len(asm.shape(x)) > 1)
