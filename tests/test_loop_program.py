@@ -276,3 +276,40 @@ def test_converted_recurrent_layers_run_as_programs(name):
     assert it._run._loops and all(p is not None for p in it._run._loops.values()), it._run.loop_reasons
     for o, r in zip(ours, ref, strict=True):
         assert_float_close(o, r, rel=1e-4, what=name)
+
+
+def test_dynamic_range_weights_in_a_loop_program():
+    """A loop body's FULLY_CONNECTED of int8 weights (the converter's dynamic-range quantization) runs in the program
+    on its weights dequantized once, as the CPU kernel does: the numpy formula on those weights, and LiteRT's values
+    within its on-the-fly 8-bit quantization of the activations."""
+    rng = np.random.default_rng(4)
+    q = rng.integers(-127, 128, (H, H)).astype(np.int8)
+    scale, bias = 0.004, rng.standard_normal(H).astype(F32) / 10
+    mb = ModelBuilder()
+    cond, body = mb.add_subgraph("cond"), mb.add_subgraph("body")
+    h0 = mb.input("h0", [1, H])
+    finals = [mb.tensor("i_f", [], I32), mb.tensor("h_f", [1, H])]
+    mb.op("WHILE", [mb.const("i0", np.array(0, I32)), h0], finals, cond_subgraph_index=cond, body_subgraph_index=body)
+    mb.output(finals[1])
+    mb.select(cond)
+    i, _ = mb.input("i", [], I32), mb.input("h", [1, H])
+    go = mb.tensor("go", [], np.bool_)
+    mb.op("LESS", [i, mb.const("n", np.array(5, I32))], [go])
+    mb.output(go)
+    mb.select(body)
+    i, h = mb.input("i", [], I32), mb.input("h", [1, H])
+    i1, z, h1 = mb.tensor("i1", [], I32), mb.tensor("z", [1, H]), mb.tensor("h1", [1, H])
+    mb.op("ADD", [i, mb.const("one", np.array(1, I32))], [i1])
+    mb.op("FULLY_CONNECTED", [h, mb.const("w", q, scale=scale, zero_point=0), mb.const("b", bias)], [z])
+    mb.op("TANH", [z], [h1])
+    mb.output(i1, h1)
+    content = mb.build()
+    x = [rng.standard_normal((1, H)).astype(F32)]
+    it = gd.Interpreter(model_content=content)
+    (ours,) = run(it, x)
+    assert len(programs(it)) == 1 and not it._run.loop_reasons, it._run.loop_reasons
+    want = x[0].astype(np.float64)
+    for _ in range(5):
+        want = np.tanh(want @ (q.astype(np.float64) * np.float32(scale)).T + bias)
+    assert_float_close(ours, want.astype(F32), rel=1e-5)
+    np.testing.assert_allclose(ours, run_litert(content, x)[0], atol=0.02)

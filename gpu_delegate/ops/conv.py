@@ -605,17 +605,19 @@ class FullyConnected(Op):
 
     @staticmethod
     def loop_code(node: Node, graph: Graph, asm: LoopAssembler) -> None:
-        # as cpu_step: float, of constant weights and bias (or of float16 ones that a DEQUANTIZE in the loop makes)
+        # as run_cpu's float path: float activations, constant weights (float, float16 that a DEQUANTIZE in the
+        # loop makes, or dynamic-range int8 dequantized once) and bias
         xt, wt, bt = required_tensor(node, graph, 0), required_tensor(node, graph, 1), tensor_of(node, graph, 2)
         yt = graph.tensors[node.outputs[0]]
         w, b = asm.value(node.inputs[1]), asm.value(node.inputs[2] if len(node.inputs) > 2 else -1)
-        if kind_of(node, xt, wt, bt, yt, out_axis=0, symmetric_int8=False) != FLOAT or w is None or \
-                (bt is not None and b is None):
-            raise asm.declined(f"{node}: not float with constant weights")
+        kind = kind_of(node, xt, wt, bt, yt, out_axis=0, symmetric_int8=False)
+        if kind == QUANT or w is None or (bt is not None and b is None):
+            raise asm.declined(f"{node}: not float activations with constant weights")
+        if kind == HYBRID:
+            w = dequantized(node, graph, [None, w, None], 1)
         bias = float_bias(node, graph, [None, w, b], 2)
         lo, hi = K.float_range(activation(node))
-        matrix = _fc_matrix(node, graph, w) if wt.data is not None else K.weight_matrices(as_f32(w), 1)[0]
-        asm.dense(node.inputs[0], matrix, bias, node.outputs[0], float(lo), float(hi))
+        asm.dense(node.inputs[0], _fc_matrix(node, graph, w), bias, node.outputs[0], float(lo), float(hi))
 
     @staticmethod
     def macs(node: Node, graph: Graph) -> int:
