@@ -22,8 +22,8 @@ bounds):
   DENSE           a FULLY_CONNECTED: out[m, o] = clamp(sum_k x[m, k] w[k, o] + bias[o]) (w as [K, O]: the inner
                   loop runs along a row of w and an output row, which the compiler vectorizes), rounded to float32.
 Float32 arithmetic runs in float64, each result rounded to float32: for + - * / and sqrt that is float32's own
-result; exp, tanh and the logistic are the correctly rounded float64 values rounded once more (within an ulp of
-numpy's float32 functions, which LiteRT's kernels are not bit for bit either).
+result; exp and tanh are the correctly rounded float64 values rounded once more (within an ulp of numpy's float32
+functions, which LiteRT's kernels are not bit for bit either), the logistic float32's own formula.
 """
 
 from __future__ import annotations
@@ -86,11 +86,18 @@ def _store(ws: np.ndarray, at: int, v: float, kind: int) -> None:
 
 
 @njit(cache=True, error_model="numpy")
+def _logistic(v: float) -> float:
+    # in float32, as the op's CPU kernel computes 1 / (1 + exp(-x)) (float32's exp: 4 ns a value against 6)
+    x = np.float32(v)
+    return np.float64(np.float32(1.0) / (np.float32(1.0) + np.exp(-x)))
+
+
+@njit(cache=True, error_model="numpy")
 def _unary(fn: int, v: float) -> float:
     if fn == 0:
         return v
     if fn == 1:
-        return 1.0 / (1.0 + np.exp(-v))
+        return _logistic(v)
     if fn == 2:
         return np.tanh(v)
     if fn == 3:
@@ -213,6 +220,12 @@ def _box(code: np.ndarray, fparams: np.ndarray, k: int, ws: np.ndarray, a_base: 
 def _float_arithmetic(ws: np.ndarray, fn: int, o: int, os: int, a: int, as_: int, b: int, bs: int, n: int) -> None:
     """A row of a float32 ADD, SUB or MUL, a loop of its own for each (the generic loop's per-value choice of the
     function took ~5 ns a value, a third of a recurrent body's time)."""
+    if os == 1 and as_ == 1 and bs <= 1:  # rows in order (b's broadcast or not): loops the compiler vectorizes
+        if bs == 0:
+            _float_arithmetic_scalar(ws[o:o + n], ws[a:a + n], ws[b], fn)
+        else:
+            _float_arithmetic_rows(ws[o:o + n], ws[a:a + n], ws[b:b + n], fn)
+        return
     if fn == 0:
         for i in range(n):
             ws[o + i * os] = np.float64(np.float32(ws[a + i * as_] + ws[b + i * bs]))
@@ -225,11 +238,37 @@ def _float_arithmetic(ws: np.ndarray, fn: int, o: int, os: int, a: int, as_: int
 
 
 @njit(cache=True, error_model="numpy")
+def _float_arithmetic_rows(out: np.ndarray, a: np.ndarray, b: np.ndarray, fn: int) -> None:
+    if fn == 0:
+        for i in range(out.size):
+            out[i] = np.float64(np.float32(a[i] + b[i]))
+    elif fn == 1:
+        for i in range(out.size):
+            out[i] = np.float64(np.float32(a[i] - b[i]))
+    else:
+        for i in range(out.size):
+            out[i] = np.float64(np.float32(a[i] * b[i]))
+
+
+@njit(cache=True, error_model="numpy")
+def _float_arithmetic_scalar(out: np.ndarray, a: np.ndarray, b: float, fn: int) -> None:
+    if fn == 0:
+        for i in range(out.size):
+            out[i] = np.float64(np.float32(a[i] + b))
+    elif fn == 1:
+        for i in range(out.size):
+            out[i] = np.float64(np.float32(a[i] - b))
+    else:
+        for i in range(out.size):
+            out[i] = np.float64(np.float32(a[i] * b))
+
+
+@njit(cache=True, error_model="numpy")
 def _gate(ws: np.ndarray, fn: int, o: int, os: int, a: int, as_: int, n: int) -> None:
     """A row of a float32 LOGISTIC or TANH (a recurrent cell's gates), a loop of its own for each."""
     if fn == 1:
         for i in range(n):
-            ws[o + i * os] = np.float64(np.float32(1.0 / (1.0 + np.exp(-ws[a + i * as_]))))
+            ws[o + i * os] = _logistic(ws[a + i * as_])
     else:
         for i in range(n):
             ws[o + i * os] = np.float64(np.float32(np.tanh(ws[a + i * as_])))
