@@ -7,8 +7,9 @@ gets a place in one float64 workspace, a constant's filled once; the condition's
 variables). A node that has no translation, or a tensor that is not float32, int32 or bool, declines the whole
 loop, which then runs subgraph by subgraph as before (the executor keeps the reason: ``ModelRun.loop_reasons``).
 
-``LoopProgram.run`` writes the variables in, runs the loop and reads them out; an index outside its tensor (a
-GATHER's, a SLICE's begin) raises the ModelError naming the node, as the node's own step would.
+``LoopProgram.run`` writes the variables in, runs the loop and reads them out; where an index lies outside its tensor
+(a GATHER's, a SLICE's begin) or a run-time value is not what a translation assumed (a list written elsewhere than at
+the counter), it gives None and the caller runs the loop subgraph by subgraph, whose nodes report what is wrong.
 """
 
 from __future__ import annotations
