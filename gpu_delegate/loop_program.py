@@ -207,6 +207,9 @@ class LoopAssembler:
         if folded is None:
             raise LoopDeclined(f"{self.node}: more than 4 dimensions")
         counts4, (out_s, in_s) = folded
+        if self._aliases(y, y_base, x, counts4, out_s, in_s, indices, move_output):
+            self.share(y, self.place(x) + x_base)  # no instruction: y is a run of x's elements as they lie
+            return
         row = np.zeros(vm.WIDTH, np.int64)
         row[vm.F_KIND] = vm.COPY
         row[vm.F_FN] = vm.MOVE_OUTPUT if move_output else vm.MOVE_SOURCE
@@ -219,6 +222,18 @@ class LoopAssembler:
                 raise LoopDeclined(f"{self.node}: a run-time index that is no int32 element")
             row[vm.F_DYN + 3 * j:vm.F_DYN + 3 * j + 3] = self.place(t) + element, stride, largest
         self._emit(row)
+
+    def _aliases(self, y: int, y_base: int, x: int, counts: Sequence[int], out_s: Sequence[int],
+                 in_s: Sequence[int], indices: Sequence[tuple[int, int, int, int]], move_output: bool) -> bool:
+        """Whether the copy makes all of y from one run of x's elements in order, so that y can take that run's
+        place: a RESHAPE, or a SPLIT / SLICE / STRIDED_SLICE / constant GATHER of whole rows. Safe because a place is
+        written once an iteration, by its producer before any reader (a loop variable's by the carry, after every
+        reader; a list written in place has no reader besides its write)."""
+        run = [c for c in counts if c != 1]
+        if indices or move_output or y_base or len(run) > 1 or (self._graph().index, y) in self.places:
+            return False
+        n = run[0] if run else 1
+        return n == math.prod(self.shape(y)) and (n == 1 or (out_s[-1] == 1 and in_s[-1] == 1))
 
     def check(self, t: int, element: int, equals: tuple[int, int, int] | None = None,
               one_of: tuple[int, int] = (0, 0)) -> None:

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import gpu_delegate as gd
+from gpu_delegate.cpu import loop_vm
 from gpu_delegate.tflite import ModelBuilder
 from gpu_delegate.tools import benchmark_input
 
@@ -156,6 +157,10 @@ def test_recurrent_loop_runs_as_one_program(count):
         else:
             np.testing.assert_array_equal(o, r, err_msg=name)
     assert int(ours[4]) == count
+    # RESHAPE, SPLIT and TRANSPOSE make runs of their input's elements in order: they take that run's place, no copy
+    (program,) = programs(it)
+    copies = {node.op for row, node in zip(program.body, program.body_nodes) if row[0] == loop_vm.COPY}
+    assert copies == {"GATHER", "STRIDED_SLICE", "CONCATENATION"}, copies
     for again, first in zip(run(it, x), ours, strict=True):  # the program's workspace serves the next invoke
         np.testing.assert_array_equal(again, first)
     if count:  # the items past the counter stay zero; the last one written is the final state
