@@ -31,9 +31,9 @@ def _vars(mb: ModelBuilder) -> list[int]:
 def recurrent_model(extra: str = "") -> bytes:
     """A recurrent cell over ``seq`` that writes each step's state into ``out`` at the counter, as TensorFlow lowers a
     Keras layer's output list: GATHER, FULLY_CONNECTED, SPLIT, LOGISTIC, TANH, MUL, ADD (fused RELU_N1_TO_1), DIV,
-    MAXIMUM, SUB, GREATER and SELECT_V2 (Keras' masking), CAST, RESHAPE, two SLICEs and a CONCATENATION (the list
-    write), STRIDED_SLICE, TRANSPOSE, int32 arithmetic; the condition LESS, GREATER_EQUAL, LOGICAL_AND. ``extra``
-    "reverse" adds a node without a translation (REVERSE_V2)."""
+    MAXIMUM, SUB, GREATER and SELECT_V2 (Keras' masking), CAST, REVERSE_V2, RESHAPE, two SLICEs and a CONCATENATION
+    (the list write), STRIDED_SLICE, TRANSPOSE, int32 arithmetic; the condition LESS, GREATER_EQUAL, LOGICAL_AND.
+    ``extra`` "softmax" adds a node without a translation (SOFTMAX)."""
     rng = np.random.default_rng(5)
     mb = ModelBuilder()
     cond, body = mb.add_subgraph("cond"), mb.add_subgraph("body")
@@ -94,11 +94,15 @@ def recurrent_model(extra: str = "") -> bytes:
     mb.op("MUL", [step, mb.const("tenth", np.array(0.1, F32))], [nudge])
     mb.op("ADD", [kept, nudge], [h3])
     h2 = h3
-    if extra == "reverse":
-        back, h4 = t("back", [1, H]), t("h4", [1, H])
-        mb.op("REVERSE_V2", [h2, mb.const("rev_axis", np.array([1], I32))], [back])
-        mb.op("ADD", [h2, back], [h4])
-        h2 = h4
+    back, h4 = t("back", [1, H]), t("h4", [1, H])
+    mb.op("REVERSE_V2", [h2, mb.const("rev_axis", np.array([1], I32))], [back])
+    mb.op("MAXIMUM", [h2, back], [h4])
+    h2 = h4
+    if extra == "softmax":
+        spread, h5 = t("spread", [1, H]), t("h5", [1, H])
+        mb.op("SOFTMAX", [h2], [spread], beta=1.0)
+        mb.op("ADD", [h2, spread], [h5])
+        h2 = h5
     # the list write: out[:i] ++ [h2] ++ out[i + 1:]
     item = t("item", [1, 1, H])
     mb.op("RESHAPE", [h2, mb.const("item_shape", np.array([1, 1, H], I32))], [item])
@@ -158,9 +162,10 @@ def test_recurrent_loop_runs_as_one_program(count):
             np.testing.assert_array_equal(o, r, err_msg=name)
     assert int(ours[4]) == count
     # RESHAPE, SPLIT and TRANSPOSE make runs of their input's elements in order: they take that run's place, no copy
+    # (REVERSE_V2 walks its input backwards)
     (program,) = programs(it)
     copies = {node.op for row, node in zip(program.body, program.body_nodes) if row[0] == loop_vm.COPY}
-    assert copies == {"GATHER", "STRIDED_SLICE", "CONCATENATION"}, copies
+    assert copies == {"GATHER", "STRIDED_SLICE", "REVERSE_V2", "CONCATENATION"}, copies
     for again, first in zip(run(it, x), ours, strict=True):  # the program's workspace serves the next invoke
         np.testing.assert_array_equal(again, first)
     if count:  # the items past the counter stay zero; the last one written is the final state
@@ -184,15 +189,14 @@ def test_an_index_outside_the_list_runs_subgraph_by_subgraph():
 
 
 def test_a_node_without_translation_leaves_the_loop_to_its_subgraphs():
-    """REVERSE_V2 has no loop form: the loop runs subgraph by subgraph as before (LiteRT's values), the reason
-    kept."""
-    content = recurrent_model("reverse")
+    """SOFTMAX has no loop form: the loop runs subgraph by subgraph as before (LiteRT's values), the reason kept."""
+    content = recurrent_model("softmax")
     x = inputs(T)
     it = gd.Interpreter(model_content=content)
     ours, ref = run(it, x), run_litert(content, x)
     assert not programs(it)
     (why,) = it._run.loop_reasons.values()
-    assert "REVERSE_V2" in why, why
+    assert "SOFTMAX" in why, why
     assert_float_close(ours[0], ref[0], rel=1e-5)
     np.testing.assert_array_equal(ours[3], ref[3])
 

@@ -10,8 +10,11 @@ runs. The data movement is numpy reshapes, transposes and strided views.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
+from ..cpu.loop_vm import strides_of
 from ..errors import ModelError
 from ..graph import Graph, Node
 from ..lowering.context import LowerContext
@@ -33,6 +36,9 @@ from .operands import (
     tensor_in,
     tensor_out,
 )
+
+if TYPE_CHECKING:
+    from ..loop_program import LoopAssembler
 
 _ANY = (np.float16, np.float32, np.float64, np.int8, np.uint8, np.int16, np.uint16, np.int32, np.uint32, np.int64,
         np.uint64, np.bool_, np.complex64, np.complex128)
@@ -242,6 +248,19 @@ class ReverseV2(Op):
     def run_cpu(node: Node, graph: Graph, inputs: Inputs) -> list[np.ndarray]:
         x, axes = arrays(node, inputs)
         return [np.array(np.flip(x, tuple(_reverse_axes(node, axes, x.ndim))), copy=True)]
+
+    @staticmethod
+    def loop_code(node: Node, graph: Graph, asm: LoopAssembler) -> None:
+        # a copy walking the reversed axes backwards: from their last element, with negated strides
+        x, axes_value = node.inputs[0], asm.value(node.inputs[1])
+        if axes_value is None:
+            raise asm.declined(f"{node}: the axes are computed at run time")
+        shape = asm.shape(x)
+        axes = _reverse_axes(node, axes_value, len(shape))
+        strides = strides_of(shape)
+        base = sum((shape[a] - 1) * strides[a] for a in axes)
+        backwards = [-st if a in axes else st for a, st in enumerate(strides)]
+        asm.copy(node.outputs[0], 0, strides, x, base, backwards, shape)
 
 
 @register
