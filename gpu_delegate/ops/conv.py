@@ -40,10 +40,10 @@ from .checks import (
     scalar_quant,
     tensor_of,
 )
+from .window import act_defines, activation, gpu_check, need_window, window_attrs
 
 if TYPE_CHECKING:
     from ..loop_program import LoopAssembler
-from .window import act_defines, activation, gpu_check, need_window, window_attrs
 
 FLOAT, HYBRID, QUANT = "float", "hybrid", "quant"
 # a transposed convolution's (output height, width), (pad top, left), (stride h, w)
