@@ -24,9 +24,8 @@ import numpy as np
 from .cpu import loop_vm as vm
 from .cpu.loop_vm import strides_of
 from .graph import Graph, Node
-from .ops.base import get_op
+from .ops.base import Shape, get_op
 
-Shape = tuple[int, ...]
 _TYPES = {np.dtype(np.float32): vm.F32, np.dtype(np.int32): vm.I32, np.dtype(np.bool_): vm.BOOL}
 
 

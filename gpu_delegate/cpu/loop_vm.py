@@ -44,8 +44,6 @@ UNARY_FNS = {"IDENTITY": 0, "LOGISTIC": 1, "TANH": 2, "RELU": 3, "RELU6": 4, "EX
 BINARY_FNS = {"ADD": 0, "SUB": 1, "MUL": 2, "DIV": 3, "MAXIMUM": 4, "MINIMUM": 5, "LESS": 6, "LESS_EQUAL": 7,
               "GREATER": 8, "GREATER_EQUAL": 9, "EQUAL": 10, "NOT_EQUAL": 11, "LOGICAL_AND": 12, "LOGICAL_OR": 13,
               "SQUARED_DIFFERENCE": 14}
-# binary functions of int32 operands computed on int64 (exact, then wrapped) rather than float64
-INT_EXACT = (0, 1, 2)
 # what each function takes besides float32: int32 (exact in the workspace, and as TFLite computes it), bool
 INT_FNS = {"IDENTITY", "RELU", "RELU6", "RELU_N1_TO_1", "NEG", "ABS", "ADD", "SUB", "MUL", "MAXIMUM", "MINIMUM",
            "LESS", "LESS_EQUAL", "GREATER", "GREATER_EQUAL", "EQUAL", "NOT_EQUAL", "CAST"}
@@ -74,13 +72,17 @@ def strides_of(shape: tuple[int, ...] | list[int]) -> list[int]:
 
 
 @njit(cache=True, error_model="numpy")
+def _wrap_int32(r: np.int64) -> float:
+    """An integer wrapped to int32's range, as TFLite's int32 arithmetic overflows."""
+    return np.float64(((r + 2147483648) % 4294967296) - 2147483648)
+
+
+@njit(cache=True, error_model="numpy")
 def _store(ws: np.ndarray, at: int, v: float, kind: int) -> None:
     if kind == F32:
         ws[at] = np.float64(np.float32(v))
     elif kind == I32:
-        if v >= 2147483648.0 or v < -2147483648.0:
-            v = np.float64(((np.int64(v) + 2147483648) % 4294967296) - 2147483648)
-        ws[at] = v
+        ws[at] = _wrap_int32(np.int64(v)) if v >= 2147483648.0 or v < -2147483648.0 else v
     else:
         ws[at] = 1.0 if v != 0.0 else 0.0
 
@@ -129,8 +131,7 @@ def _unary(fn: int, v: float) -> float:
 def _binary(fn: int, a: float, b: float, ints: bool) -> float:
     if ints and fn <= 2:  # int32 ADD, SUB, MUL: exact in int64, wrapped by the store
         ia, ib = np.int64(a), np.int64(b)
-        r = ia + ib if fn == 0 else (ia - ib if fn == 1 else ia * ib)
-        return np.float64(((r + 2147483648) % 4294967296) - 2147483648)
+        return _wrap_int32(ia + ib if fn == 0 else (ia - ib if fn == 1 else ia * ib))
     if fn == 0:
         return a + b
     if fn == 1:

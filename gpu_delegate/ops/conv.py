@@ -511,6 +511,14 @@ def _fc_matrix(node: Node, graph: Graph, w: np.ndarray) -> np.ndarray:
     return with_const(node, graph, 1, "fc_f32", lambda: K.weight_matrices(np.asarray(w, np.float32), 1)[0])
 
 
+def _fc_float(node: Node, graph: Graph, w: np.ndarray, b: np.ndarray | None
+              ) -> tuple[np.ndarray, np.ndarray | None, np.float32, np.float32]:
+    """The float path's operands from float weights and bias: linear_float's matrix, the bias, the clamp's bounds
+    (run_cpu, cpu_step and loop_code alike)."""
+    lo, hi = K.float_range(activation(node))
+    return _fc_matrix(node, graph, w), float_bias(node, graph, [None, w, b], 2), lo, hi
+
+
 def _fc_shape(node: Node, xs: tuple[int, ...], ws: tuple[int, ...]) -> tuple[int, ...]:
     k = ws[1]
     size = math.prod(map(int, xs))
@@ -574,8 +582,7 @@ class FullyConnected(Op):
         if kind != QUANT:
             if kind == HYBRID:
                 w = dequantized(node, graph, inputs, 1)
-            lo, hi = K.float_range(activation(node))
-            y = K.linear_float(as_f32(x2), _fc_matrix(node, graph, w), float_bias(node, graph, inputs, 2), lo, hi)
+            y = K.linear_float(as_f32(x2), *_fc_float(node, graph, w, inputs[2] if len(inputs) > 2 else None))
             return [y.reshape(shape)]
         qm = with_const(node, graph, 1, "quant_matrix", lambda: K.quant_matrix(w.T, filter_zp(node, wt, o)))
         rq = graph.prepared(("requant", node.index),
@@ -593,9 +600,7 @@ class FullyConnected(Op):
         if kind_of(node, xt, wt, bt, yt, out_axis=0, symmetric_int8=False) != FLOAT or wt.data is None or \
                 (bt is not None and bt.data is None) or xt.dynamic or min(xt.shape, default=0) < 0:
             return None
-        wm = _fc_matrix(node, graph, wt.data)
-        bias = float_bias(node, graph, [None, wt.data, None if bt is None else bt.data], 2)
-        lo, hi = K.float_range(activation(node))
+        wm, bias, lo, hi = _fc_float(node, graph, wt.data, None if bt is None else bt.data)
         x, y, k, shape = node.inputs[0], node.outputs[0], wt.shape[1], _fc_shape(node, xt.shape, wt.shape)
 
         def step(values: list[np.ndarray | None]) -> None:
@@ -615,9 +620,8 @@ class FullyConnected(Op):
             raise asm.declined(f"{node}: not float activations with constant weights")
         if kind == HYBRID:
             w = dequantized(node, graph, [None, w, None], 1)
-        bias = float_bias(node, graph, [None, w, b], 2)
-        lo, hi = K.float_range(activation(node))
-        asm.dense(node.inputs[0], _fc_matrix(node, graph, w), bias, node.outputs[0], float(lo), float(hi))
+        matrix, bias, lo, hi = _fc_float(node, graph, w, b)
+        asm.dense(node.inputs[0], matrix, bias, node.outputs[0], float(lo), float(hi))
 
     @staticmethod
     def macs(node: Node, graph: Graph) -> int:

@@ -220,11 +220,10 @@ class _Unary(Op):
 
     @classmethod
     def cpu_step(cls, node: Node, graph: Graph) -> CpuStep | None:
-        # plain tensors, where no subclass runs its own run_cpu (the executor ignores floating-point errors)
-        tx, ty = graph.tensors[node.inputs[0]], graph.tensors[node.outputs[0]]
-        if len(node.inputs) != 1 or not _plain(tx, ty) or _own_run_cpu(cls, _Unary):
+        if not cls._plain_node(node, graph):
             return None
-        compute, attrs, x, y, dtype = cls.compute, node.attrs, node.inputs[0], node.outputs[0], ty.dtype
+        compute, attrs, x, y = cls.compute, node.attrs, node.inputs[0], node.outputs[0]
+        dtype = graph.tensors[y].dtype
 
         def step(values: list[np.ndarray | None]) -> None:
             values[y] = np.asarray(compute(values[x], attrs), dtype)  # type: ignore[arg-type]
@@ -232,10 +231,16 @@ class _Unary(Op):
 
     @classmethod
     def loop_code(cls, node: Node, graph: Graph, asm: LoopAssembler) -> None:
-        tx, ty = graph.tensors[node.inputs[0]], graph.tensors[node.outputs[0]]
-        if len(node.inputs) != 1 or not _plain(tx, ty) or _own_run_cpu(cls, _Unary):
+        if not cls._plain_node(node, graph):
             raise asm.declined(f"{node}: {node.op} of other than plain tensors")
         asm.elementwise(node.op, [node.inputs[0]], node.outputs[0])
+
+    @classmethod
+    def _plain_node(cls, node: Node, graph: Graph) -> bool:
+        """Plain tensors (not quantized, not strings) where no subclass runs its own run_cpu: what cpu_step and
+        loop_code take (the executor ignores floating-point errors)."""
+        tx, ty = graph.tensors[node.inputs[0]], graph.tensors[node.outputs[0]]
+        return len(node.inputs) == 1 and _plain(tx, ty) and not _own_run_cpu(cls, _Unary)
 
     @classmethod
     def table(cls, node: Node, qi: tuple[float, int], qo: tuple[float, int], dtype: np.dtype) -> np.ndarray:
