@@ -426,6 +426,66 @@ def gru_tf_keras(keras, size: str, batch):
     return tf_keras.Model(inp, L.Dense(3)(x), name="gru_tf_keras")
 
 
+def _masked_rnn(keras_module, size: str, batch, layer: str, name: str):
+    seq, vocab, units = (8, 50, 8) if size == "small" else (30, 1000, 48)
+    L = keras_module.layers
+    inp = keras_module.Input((seq,), batch_size=batch, dtype="int32")
+    x = getattr(L, layer)(units)(L.Embedding(vocab, 32, mask_zero=True)(inp))
+    return keras_module.Model(inp, L.Dense(4, activation="softmax")(x), name=name)
+
+
+def masked_lstm(keras, size: str, batch):
+    """Keras 3: Embedding with mask_zero into an LSTM: the mask becomes a SELECT in the WHILE body."""
+    return _masked_rnn(keras, size, batch, "LSTM", "masked_lstm")
+
+
+def masked_gru(keras, size: str, batch):
+    """tf_keras: Embedding with mask_zero into a GRU (not fused by the converter): a masked WHILE loop."""
+    import tf_keras
+
+    return _masked_rnn(tf_keras, size, batch, "GRU", "masked_gru")
+
+
+def stacked_gru(keras, size: str, batch):
+    """Keras 3: three GRUs, each feeding the whole sequence to the next: three WHILE loops in a row."""
+    seq, units = (8, 8) if size == "small" else (20, 32)
+    L = keras.layers
+    inp = keras.Input((seq, 6), batch_size=batch)
+    x = L.GRU(units, return_sequences=True)(inp)
+    x = L.GRU(units, return_sequences=True)(x)
+    return keras.Model(inp, L.Dense(2)(L.GRU(units)(x)), name="stacked_gru")
+
+
+def bigru_rnn(keras, size: str, batch):
+    """Keras 3: a bidirectional GRU then a SimpleRNN: a reversed sequence and four WHILE loops."""
+    seq, units = (8, 8) if size == "small" else (40, 32)
+    L = keras.layers
+    inp = keras.Input((seq, 5), batch_size=batch)
+    x = L.Bidirectional(L.GRU(units, return_sequences=True))(inp)
+    return keras.Model(inp, L.Dense(3)(L.SimpleRNN(units)(x)), name="bigru_rnn")
+
+
+def lstm_small(keras, size: str, batch):
+    """tf_keras: one LSTM of 32 units (fused into UNIDIRECTIONAL_SEQUENCE_LSTM) and a Dense: a model under 0.1 ms."""
+    import tf_keras
+
+    seq, units = (8, 8) if size == "small" else (20, 32)
+    L = tf_keras.layers
+    inp = tf_keras.Input((seq, 8), batch_size=batch)
+    return tf_keras.Model(inp, L.Dense(4)(L.LSTM(units)(inp)), name="lstm_small")
+
+
+def lstm_seq(keras, size: str, batch):
+    """tf_keras: two fused LSTMs (the first returning its sequence) and a time-distributed Dense."""
+    import tf_keras
+
+    seq, units = (8, 8) if size == "small" else (40, 48)
+    L = tf_keras.layers
+    inp = tf_keras.Input((seq, 10), batch_size=batch)
+    x = L.LSTM(units, return_sequences=True)(L.LSTM(units, return_sequences=True)(inp))
+    return tf_keras.Model(inp, L.Dense(6)(x), name="lstm_seq")
+
+
 def image_ops(keras, size: str, batch):
     """tf.image.resize (bilinear with align_corners, bilinear with half-pixel centres, nearest),
     space_to_depth/depth_to_space, and top_k and argmax heads beside the softmax."""
@@ -522,7 +582,8 @@ ARCHITECTURES: dict[str, Callable] = {f.__name__: f for f in (
     resnet50, vit_block, unet, yolo_head, conv1d_audio, bilstm_keras3, bilstm_tf_keras, multi_io,
     mobilenet_v1, mobilenet_v2, convnext_tiny, xception_like, inception_like, se_resnet, text_transformer, tcn,
     rnn_keras3, gru_tf_keras, image_ops, gather_where, spectrogram, conv3d_net, gan_generator, autoencoder,
-    mobilenet_v3_small_minimalistic, resnext, text_cnn)}
+    mobilenet_v3_small_minimalistic, resnext, text_cnn, masked_lstm, masked_gru, stacked_gru, bigru_rnn,
+    lstm_small, lstm_seq)}
 
 
 # -- conversion -------------------------------------------------------------------------------------------------
@@ -610,7 +671,7 @@ def temper_logits(model, keras_module, value_range: list[float] | None) -> None:
         last.set_weights([w * (2.0 / std) for w in last.get_weights()])
 
 
-TF_KERAS_MODELS = {"bilstm_tf_keras", "gru_tf_keras"}
+TF_KERAS_MODELS = {"bilstm_tf_keras", "gru_tf_keras", "masked_gru", "lstm_small", "lstm_seq"}
 
 
 def build(name: str, size: str, batch: int | None):
