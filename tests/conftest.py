@@ -53,3 +53,15 @@ def _progress_log_restored():
     yield
     log.handlers[:] = handlers
     log.setLevel(level)
+
+
+@pytest.fixture(autouse=True)
+def _small_partitions_delegated(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """GpuDelegate keeps a partition of a few thousand values beside CPU nodes on the CPU (_small_beside_cpu). The
+    tests of kernels, lowering passes and the interpreter build graphs that small around CPU ops to reach the GPU
+    path they test, so the rule is off for them; a module testing placement as users get it (real models, the rule
+    itself) says so with ``SMALL_PARTITIONS_ON_CPU = True``."""
+    if not getattr(request.module, "SMALL_PARTITIONS_ON_CPU", False):
+        from gpu_delegate import gpu
+
+        monkeypatch.setattr(gpu, "SMALL_PARTITION_VALUES", -1)

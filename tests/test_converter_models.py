@@ -27,6 +27,8 @@ from gpu_delegate.tflite.writer import ModelBuilder
 
 from .reference import shared_delegate
 
+SMALL_PARTITIONS_ON_CPU = True  # real models: placement as users get it (tests/conftest.py)
+
 FOLDER = Path(__file__).parent / "models" / "converter"
 MANIFEST = json.loads((FOLDER / "manifest.json").read_text())
 NAMES = sorted(p.stem for p in FOLDER.glob("*.tflite"))

@@ -17,6 +17,8 @@ from gpu_delegate.tflite.writer import ModelBuilder
 from .parity_models import bilinear_options, flex, landmarks_options, pool_options, run_gpu
 from .reference import assert_float_close, run, shared_delegate
 
+SMALL_PARTITIONS_ON_CPU = True  # real models: placement as users get it (tests/conftest.py)
+
 # -- the formulas ------------------------------------------------------------------------------------------
 
 

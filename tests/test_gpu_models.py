@@ -38,6 +38,8 @@ from .reference import (
     shared_delegate,
 )
 
+SMALL_PARTITIONS_ON_CPU = True  # real models: placement as users get it (tests/conftest.py)
+
 FLOAT_REL = 1e-4
 FP16_REL = 2e-2
 # fp16 keeps 11 bits down to 6e-5 and flushes below 6e-8: a probe's error is taken relative to its max|ref|

@@ -17,6 +17,8 @@ from gpu_delegate.tools import benchmark_input
 
 from .reference import assert_float_close, run, run_litert
 
+SMALL_PARTITIONS_ON_CPU = True  # real models: placement as users get it (tests/conftest.py)
+
 I32, F32 = np.int32, np.float32
 CONVERTER = Path(__file__).parent / "models" / "converter"
 T, H = 6, 8  # sequence length, state width
