@@ -119,7 +119,10 @@ def kernel_spec(call: KernelCall, plan: Plan, precision: str,
             args.append(Arg(f"p{k}", "const", precision=const_storage(p.source)))
             binds.append(("c", p.source))
         elif p.source is not None:
-            args.append(Arg(f"p{k}", "in", plan.tensors[p.source], tensor_storage(p.source), plan.placement(p.source)))
+            # an operand read as codes: in its tensor's geometry, from the buffer of its codes (PostOp.codes_of)
+            shaped = p.codes_of if p.codes_of >= 0 else p.source
+            args.append(Arg(f"p{k}", "in", plan.tensors[shaped], tensor_storage(p.source), plan.placement(shaped),
+                            codes=p.codes_of >= 0))
             binds.append(("t", p.source))
     postop_arg, wide = None, False
     constants: dict[str, float | int] = {}

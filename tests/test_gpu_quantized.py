@@ -267,7 +267,7 @@ def dot_convs(seed: int = 15) -> QModel:
     emit_conv_int8: output channels x taps >= INT8_MIN_PRODUCTS; layers this small only with INT8_MIN_MACS 0):
     partial input and output slices, batch 2, SAME padding with the input's non-zero zero point, stride 2,
     dilation, per-tensor and per-channel weights, RELU and RELU6, convolutions of one input (which share its
-    quantize pass; two of them of one shape), and a FULLY_CONNECTED whose rows are pixels."""
+    quantize pass; two of them of one shape), a residual ADD, and a FULLY_CONNECTED whose rows are pixels."""
     b = QModel(np.int8, seed)
     b.input("x", [2, 9, 11, 6], (0.04, -9))
     b.conv("x", "c3x3_40_relu", 40, 3, 1, per_channel=True, act="RELU")
@@ -276,6 +276,9 @@ def dot_convs(seed: int = 15) -> QModel:
         b.conv("x", name, 24, 3, 2, per_channel=True, act="RELU")
     b.conv("c3x3_40_relu", "c1x1_264", 264, 1, 1, per_channel=True)
     b.conv("c1x1_264", "c3x3_d2_32", 32, 3, 1, per_channel=True, dilation_h_factor=2, dilation_w_factor=2)
+    # a residual block's end: the 1x1 convolution's ADD of its own input, which it reads as codes where fused
+    b.conv("c3x3_d2_32", "c1x1_32", 32, 1, 1, per_channel=True)
+    b.op("ADD", ["c1x1_32", "c3x3_d2_32"], "residual_add", [2, 9, 11, 32])
     wt = b.weights([130, 30], 30)  # per-tensor, as TFLite's converter quantizes a FULLY_CONNECTED
     b.op("FULLY_CONNECTED", ["c3x3_s2_30_relu6", wt, b.bias(130, wt)], "fc_rows_130", [2, 5, 6, 130], version=5,
          keep_num_dims=True)
@@ -429,18 +432,22 @@ def test_int8_convolutions_on_integer_dot_products(monkeypatch):
     it = check_chain("cl", "int8_dot_convs")
     plan = runner_of(it).plan
     kernels = Counter(c.kernel for c in plan.kernels)
-    # the model's input takes a quantize pass; the 3 other inputs' codes come with their producers' stores
-    assert kernels["conv2d_int8"] == 7 and kernels["quantize_u8"] == 1, kernels
-    assert sorted(c.kernel for c in plan.kernels if "dst_codes" in c.outputs) == ["conv2d_int8"] * 3
+    # the model's input takes a quantize pass; the 4 other inputs' codes come with their producers' stores
+    assert kernels["conv2d_int8"] == 8 and kernels["quantize_u8"] == 1, kernels
+    assert sorted(c.kernel for c in plan.kernels if "dst_codes" in c.outputs) == ["conv2d_int8"] * 4
     spec = model("int8_dot_convs")[0]
     feeds = spec.feeds
     plain = run(it, feeds)
     # with the intermediates that integer convolutions alone read no longer outputs, their writers store their codes
-    # and not their values (lowering/codes_only.py): the same outputs, bit for bit
-    last = ["c3x3_s2_24_a", "c3x3_s2_24_b", "c3x3_d2_32", "fc_rows_130"]
+    # and not their values (lowering/codes_only.py), the residual ADD fused into c1x1_32 reading c3x3_d2_32's codes:
+    # the same outputs, bit for bit
+    last = ["c3x3_s2_24_a", "c3x3_s2_24_b", "residual_add", "fc_rows_130"]
     it_last, outs = run_gpu(spec.build(outputs=last), feeds, "cl")
-    codes_only = [c.kernel for c in runner_of(it_last).plan.kernels if c.defines.get("dst_CODES_ONLY")]
-    assert codes_only == ["conv2d_int8"] * 3, codes_only  # of c3x3_40_relu, c3x3_s2_30_relu6, c1x1_264
+    calls = runner_of(it_last).plan.kernels
+    codes_only = [c.kernel for c in calls if c.defines.get("dst_CODES_ONLY")]
+    # of c3x3_40_relu, c3x3_s2_30_relu6, c1x1_264, c3x3_d2_32
+    assert codes_only == ["conv2d_int8"] * 4, codes_only
+    assert [(c.kernel, p.expr) for c in calls for p in c.postops if p.codes_of >= 0] == [("conv2d_int8", "a + b")]
     runner = runner_of(it_last)
     for call, program in zip(runner.plan.kernels, runner.programs, strict=True):
         if "dst_codes" not in call.outputs:
@@ -454,10 +461,14 @@ def test_int8_convolutions_on_integer_dot_products(monkeypatch):
     monkeypatch.setattr(OpenCLBackend, "loaded_kernels", 1)
     it = check_chain("cl", "int8_dot_convs")
     programs = [p for p in runner_of(it).programs if p.name == "conv2d_int8"]
-    assert len(programs) == 7 and len({p.source for p in programs}) == 6  # the two of one shape share theirs
+    assert len(programs) == 8 and len({p.source for p in programs}) == 7  # the two of one shape share theirs
     assert sum(p.spec.runtime_constants for p in programs) == 2
     for got, want in zip(run(it, feeds), plain, strict=True):
         np.testing.assert_array_equal(got, want)
+    it_last, crowded = run_gpu(spec.build(outputs=last), feeds, "cl")  # the decoding's constants as arguments too
+    assert [p.name for p in runner_of(it_last).programs if "p1_CODES_SCALE" in p.spec.constants] == ["conv2d_int8"]
+    for name, got, want in zip(last, crowded, outs, strict=True):
+        np.testing.assert_array_equal(got, want, err_msg=name)
     # the other sums, as a compiler without VNNI builds conv2d_int8.cl: AVX2's pairs (where the host has AVX2), and
     # the portable sum of shifted bytes
     kernel_text = codegen.kernel_text

@@ -63,6 +63,8 @@ class Arg:
     placed: (first slice, slices) where the tensor is a run of slices of a larger PHWC4 tensor of the same B, H
     and W that the buffer holds (a concatenation its producers write in place, lowering/place_concat.py): every
     access maps the tensor's own index there. None: the tensor is the buffer's, from index 0.
+    codes: the buffer holds the 8-bit tensor's codes, a 32-bit word a vec4 (a quarter of its vec4), which its reads
+    decode with the defines ``<name>_CODES_SCALE`` and ``<name>_CODES_OFF`` (PostOp.codes_of; OpenCL only).
     """
 
     name: str
@@ -70,6 +72,7 @@ class Arg:
     shape: tuple[int, int, int, int] | None = None
     precision: str | None = None
     placed: tuple[int, int] | None = None
+    codes: bool = False
 
     def __post_init__(self) -> None:
         _check_name(self.name, "argument name")
@@ -99,7 +102,7 @@ class Arg:
         if self.shape is None:
             return 0
         b, h, w, _ = self.shape
-        return b * self.slices * h * w
+        return -(-b * self.slices * h * w // 4) if self.codes else b * self.slices * h * w
 
 
 @dataclass
@@ -419,6 +422,13 @@ def _cl_param(spec: KernelSpec, a: Arg) -> str:
 def _cl_accessors(spec: KernelSpec, a: Arg) -> str:
     t = a.name
     i, j = _at(a, "(i)"), _at1(a, "(j)")
+    if a.codes:  # an 8-bit tensor read from its codes, a word a vec4 (PostOp.codes_of)
+        word = f"((__global const uint*){t}_buf)"
+        return (f"#define {t}_read(i) gd_decode4({word}[{i}], {t}_CODES_SCALE, {t}_CODES_OFF)\n"
+                f"#define {t}_read1(j) ((convert_float(({word}[({j}) >> 2] >> (8 * (({j}) & 3))) & 255u) - "
+                f"{t}_CODES_OFF) * {t}_CODES_SCALE)\n"
+                f"#define {t}_read16(i) ((float16)({t}_read(i), {t}_read((i) + 1), {t}_read((i) + 2), "
+                f"{t}_read((i) + 3)))\n")
     # read16: 4 vec4 along a row, which never leave one batch's run of slices
     if spec.arg_precision(a) == "fp32":
         lines = [f"#define {t}_read(i) ({t}_buf[{i}])",

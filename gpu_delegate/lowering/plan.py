@@ -71,6 +71,9 @@ class PostOp:
     kind "keep": the value as it stands is kept under slot ``slot``; a later "expr" step of operand "kept" and the
     same slot reads it as its operand (a node that reads both a tensor and a function of it, as swish's MUL reads
     x and LOGISTIC(x), runs in the kernel producing x, which is then never stored).
+    ``codes_of`` (operands "tensor" and "zero_extended"): ``source`` is the scratch tensor of 8-bit tensor
+    ``codes_of``'s codes, a word a vec4 (ops/conv.py _input_codes), read in ``codes_of``'s geometry and decoded
+    (lowering/codes_only.py): a residual ADD reads a quarter of the bytes, and its writers need not store values.
     The backends' codegen renders them all (backends/codegen.py, render_postops).
     """
 
@@ -86,6 +89,7 @@ class PostOp:
     slot: int = -1  # "keep": the slot it fills; "expr" of operand "kept": the slot it reads
     node: int = -1
     exact: bool = True  # "fake_quant" and "lut": divide by the scale (True) or multiply by its reciprocal
+    codes_of: int = -1  # the 8-bit tensor whose codes ``source`` holds (decoded on read), or -1
 
     def __post_init__(self) -> None:
         if self.kind not in ("expr", "fake_quant", "lut", "keep"):

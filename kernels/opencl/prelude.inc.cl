@@ -125,6 +125,11 @@ inline uint4 gd_code16(float16 v, float inv, float off) {
   return as_uint4(GD_CONVERT(as_uint16(clamp(v * inv + off, 0.0f, 255.0f) + 8388608.0f), uchar16));
 }
 #endif
+// gd_decode4(w, scale, off): the vec4 of values whose codes word w holds (gd_code4's inverse: (code - off) * scale),
+// the stored values to the bit (a post-op operand read from its codes: PostOp.codes_of)
+inline float4 gd_decode4(uint w, float scale, float off) {
+  return (convert_float4(as_uchar4(w)) - off) * scale;
+}
 // fp16 storage: t_read, t_read1, t_read16 and t_write go through GD_VLOAD_HALF4, GD_VLOAD_HALF (one value: the 1x1
 // convolutions' inner loop), GD_VLOAD_HALF16 and GD_VSTORE_HALF4: OpenCL's vload_half4, vload_half, vload_half16
 // and vstore_half4_rte, which a GPU's compiler turns into instructions and PoCL calls from its library, vloadN
