@@ -324,3 +324,28 @@ def test_dynamic_range_weights_in_a_loop_program():
         want = np.tanh(want @ (q.astype(np.float64) * np.float32(scale)).T + bias)
     assert_float_close(ours, want.astype(F32), rel=1e-5)
     np.testing.assert_allclose(ours, run_litert(content, x)[0], atol=0.02)
+
+
+def test_gate_rows_match_numpy():
+    """A TANH row (through the vectorized exp) is numpy's float64 tanh rounded to float32, bit for bit, over six
+    decades of magnitude, both signs, the series' bound and the special values; a LOGISTIC row is float32's formula
+    (0 where float32's exp overflows) within 4 ulps of numpy's float32 (libm's expf against numpy's, results near
+    float32's smallest normal among them); both also within a row's strides (every other value, written in
+    place)."""
+    rng = np.random.default_rng(7)
+    x = np.concatenate([rng.standard_normal(4000) * s for s in (1e-9, 1e-3, 0.06, 0.5, 3.0, 40.0)])
+    x = np.concatenate([x, [0.0, -0.0, np.inf, -np.inf, np.nan, loop_vm._TANH_SERIES, -loop_vm._TANH_SERIES]])
+    x = x.astype(F32).astype(np.float64)
+    n = x.size
+    with np.errstate(over="ignore"):
+        logistic = (1 / (1 + np.exp(-x.astype(F32)))).astype(F32)
+    for fn, want, ulps in ((2, np.tanh(x).astype(F32), 0), (1, logistic, 4)):
+        ws = np.concatenate([x, np.zeros(n)])
+        loop_vm._gate(ws, fn, n, 1, 0, 1, n)
+        strided = np.repeat(x, 2)  # every other value, the result in place of the first of each pair
+        loop_vm._gate(strided, fn, 0, 2, 0, 2, n)
+        for got in (ws[n:].astype(F32), strided[::2].astype(F32)):
+            assert np.array_equal(np.isnan(got), np.isnan(want))
+            ok = ~np.isnan(want)
+            steps = np.abs(got[ok].view(np.int32).astype(np.int64) - want[ok].view(np.int32))
+            assert steps.max() <= ulps, (fn, steps.max())
