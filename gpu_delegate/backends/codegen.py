@@ -424,11 +424,11 @@ def _cl_accessors(spec: KernelSpec, a: Arg) -> str:
     i, j = _at(a, "(i)"), _at1(a, "(j)")
     if a.codes:  # an 8-bit tensor read from its codes, a word a vec4 (PostOp.codes_of)
         word = f"((__global const uint*){t}_buf)"
+        # what a post-op reads its operand with: a vec4 at index i, and (postop16) the 4 vec4 at the indices of int4
+        # i4, a pixel's 4 slices, their words decoded as one
         return (f"#define {t}_read(i) gd_decode4({word}[{i}], {t}_CODES_SCALE, {t}_CODES_OFF)\n"
-                f"#define {t}_read1(j) ((convert_float(({word}[({j}) >> 2] >> (8 * (({j}) & 3))) & 255u) - "
-                f"{t}_CODES_OFF) * {t}_CODES_SCALE)\n"
-                f"#define {t}_read16(i) ((float16)({t}_read(i), {t}_read((i) + 1), {t}_read((i) + 2), "
-                f"{t}_read((i) + 3)))\n")
+                f"#define {t}_read4(i4) gd_decode16((uint4)({word}[(i4).x], {word}[(i4).y], {word}[(i4).z], "
+                f"{word}[(i4).w]), {t}_CODES_SCALE, {t}_CODES_OFF)\n")
     # read16: 4 vec4 along a row, which never leave one batch's run of slices
     if spec.arg_precision(a) == "fp32":
         lines = [f"#define {t}_read(i) ({t}_buf[{i}])",
@@ -887,6 +887,8 @@ def render_postops(postops: list[PostOp], dst_channels: int, language: str | Non
             operand = ""
             if p.operand == "scalar":
                 operand = f"(float16)(p{k}_read(0), p{k}_read(0), p{k}_read(0), p{k}_read(0))"
+            elif p.operand in _OPERAND_INDEX and p.codes_of >= 0:  # the 4 words decoded as one (_cl_accessors)
+                operand = f"p{k}_read4({_OPERAND_INDEX[p.operand]})"
             elif p.operand in _OPERAND_INDEX:
                 index = _OPERAND_INDEX[p.operand]
                 operand = "(float16)(" + ", ".join(f"p{k}_read({index}.{lane})" for lane in "xyzw") + ")"

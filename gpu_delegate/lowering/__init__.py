@@ -24,8 +24,8 @@
                       scale (on the emitted kernels)
     fuse_squeeze_excite  squeeze-and-excite's MEAN and two one-pixel 1x1 convolutions as one kernel of one work
                       group (float; on the emitted kernels)
-    codes_only        an 8-bit tensor that integer convolutions alone read: its writers store its codes, not its values
-                      (on the plan)
+    codes_only        a post-op operand with codes (a residual ADD's) reads them; an 8-bit tensor read as codes alone:
+                      its writers store its codes, not its values (on the plan)
     dense_inputs      an input that convolutions alone read, read in the host's dense order (OpenCL; on the plan)
     dense_copies      an output of whole slices: its writers store it in the host's dense order too, which the host
                       reads instead of converting it (OpenCL; on the plan)

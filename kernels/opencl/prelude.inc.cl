@@ -128,7 +128,11 @@ inline uint4 gd_code16(float16 v, float inv, float off) {
 // gd_decode4(w, scale, off): the vec4 of values whose codes word w holds (gd_code4's inverse: (code - off) * scale),
 // the stored values to the bit (a post-op operand read from its codes: PostOp.codes_of)
 inline float4 gd_decode4(uint w, float scale, float off) {
-  return (convert_float4(as_uchar4(w)) - off) * scale;
+  return (GD_CONVERT(as_uchar4(w), float4) - off) * scale;
+}
+// gd_decode16: 4 words at once (one widening conversion of their 16 bytes)
+inline float16 gd_decode16(uint4 w, float scale, float off) {
+  return (GD_CONVERT(as_uchar16(w), float16) - off) * scale;
 }
 // fp16 storage: t_read, t_read1, t_read16 and t_write go through GD_VLOAD_HALF4, GD_VLOAD_HALF (one value: the 1x1
 // convolutions' inner loop), GD_VLOAD_HALF16 and GD_VSTORE_HALF4: OpenCL's vload_half4, vload_half, vload_half16
