@@ -114,7 +114,7 @@ class Graph:
         after it is read or resolved)."""
         cached: dict[int, int] | None = self.__dict__.get("_producers")
         if cached is None:
-            cached = self.__dict__["_producers"] = {t: n.index for n in self.live_nodes for t in n.outputs}
+            cached = self.__dict__["_producers"] = {t: n.index for n in self.live_nodes for t in n.outputs if t >= 0}
         return cached
 
     def prepared(self, key: tuple, make: Callable[[], T]) -> T:

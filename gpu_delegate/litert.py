@@ -510,8 +510,8 @@ def read_graph(context: int, version: str) -> _Snapshot:
         reg = RegistrationC.from_address(reg_ptr.value)
         inputs = _ints(node_c.inputs, f"node {index} inputs", 1 << 16)
         outputs = _ints(node_c.outputs, f"node {index} outputs", 1 << 16)
-        if any(not -1 <= t < n_tensors for t in inputs) or any(not 0 <= t < n_tensors for t in outputs) \
-                or not 0 <= reg.builtin_code < 1 << 16:
+        # -1: an optional input, or an output nothing reads (the converter's WHILE drops its unread loop outputs)
+        if any(not -1 <= t < n_tensors for t in (*inputs, *outputs)) or not 0 <= reg.builtin_code < 1 << 16:
             raise LiteRtAbiError(f"{version}: node {index} names tensors outside 0..{n_tensors - 1} or builtin code "
                                  f"{reg.builtin_code}; the TfLiteNode is not laid out as in TFLite 2.22")
         code = reg.builtin_code
@@ -539,7 +539,7 @@ def read_graph(context: int, version: str) -> _Snapshot:
             if t >= 0 and raw_tensors[t].type not in C_API_TO_NUMPY and node.index not in refused:
                 refused[node.index] = f"tensor {t} ({tensors[t].name!r}) is {tensors[t].type_name}, which the " \
                                       "LiteRT bridge does not hand to a Python delegate"
-    produced = {t for n in nodes for t in n.outputs}
+    produced = {t for n in nodes for t in n.outputs if t >= 0}
     consumed = {t for n in nodes for t in n.inputs if t >= 0}
     inputs = sorted(t for t in consumed - produced if tensors[t].data is None and not tensors[t].is_variable)
     outputs = sorted(produced - consumed)  # the context does not say which tensors the model outputs
