@@ -162,32 +162,30 @@ class GpuDelegate(SimpleDelegate):
         return float(total)
 
     def partition_declined(self, nodes: list[Node], graph: Graph) -> str:
+        # each non-constant tensor's count of values; -1 where a dimension is open (not known here)
+        tensors = {t for node in nodes for t in (*node.inputs, *node.outputs)
+                   if t >= 0 and graph.tensors[t].data is None}
+        sizes = [math.prod(shape) if min(shape, default=0) >= 0 else -1
+                 for shape in (graph.tensors[t].shape for t in tensors)]
         # A loop's condition (LESS, LOGICAL_AND of its counters) or counter arithmetic alone: each invoke would be a
         # round trip to the device for a few scalars, and a WHILE makes one every iteration (Keras 3's LSTM of 50
         # steps: 50 of them for its condition alone)
-        shapes = [graph.tensors[t].shape for node in nodes for t in (*node.inputs, *node.outputs)
-                  if t >= 0 and graph.tensors[t].data is None]
-        if shapes and all(min(shape, default=0) >= 0 and math.prod(shape) <= 1 for shape in shapes):
+        if sizes and all(0 <= size <= 1 for size in sizes):
             return "the partition holds scalars only (a loop's counters or condition): the CPU computes them " \
                    "without a round trip to the device"
-        return self._small_beside_cpu(nodes, graph)
+        return self._small_beside_cpu(nodes, graph, sizes)
 
-    @staticmethod
-    def _small_beside_cpu(nodes: list[Node], graph: Graph) -> str:
-        """Why a partition of little work that exchanges tensors with nodes outside it stays on the CPU, or "".
-        Its values cross to the device and back every invoke, a round trip of ~50-100 us on PoCL (a real GPU's
-        queue and synchronisation cost as much) for work the CPU kernels do in a few: a text model's embedding
-        and mask before a CPU loop, a Dense after a fused LSTM (masked LSTM 0.61 -> 0.55 ms, an LSTM + Dense
-        0.066 -> 0.043 ms). A partition that is the whole model between its inputs and outputs stays delegated."""
-        values = 0
-        for t in {t for n in nodes for t in (*n.inputs, *n.outputs) if t >= 0 and graph.tensors[t].data is None}:
-            shape = graph.tensors[t].shape
-            if min(shape, default=0) < 0:  # an open dimension: its size is not known here
-                return ""
-            values += math.prod(shape)
-        if values > SMALL_PARTITION_VALUES:
+    def _small_beside_cpu(self, nodes: list[Node], graph: Graph, sizes: list[int]) -> str:
+        """Why a partition of little work (``sizes``: its tensors' counts of values) that exchanges tensors with nodes
+        outside it stays on the CPU, or "". Its values cross to the device and back every invoke, a round trip of
+        ~50-100 us on PoCL (a real GPU's queue and synchronisation cost as much) for work the CPU kernels do in a
+        few: a text model's embedding and mask before a CPU loop, a Dense after a fused LSTM (masked LSTM 0.61 ->
+        0.55 ms, an LSTM + Dense 0.066 -> 0.043 ms). A partition that is the whole model between its inputs and
+        outputs stays delegated."""
+        values = sum(sizes)
+        if min(sizes, default=0) < 0 or values > SMALL_PARTITION_VALUES:
             return ""
-        macs = sum(op.macs(n, graph) for n in nodes if (op := get_op(n.op)) is not None)
+        macs = int(self.partition_weight(nodes, graph))
         if macs > SMALL_PARTITION_MACS:
             return ""
         produced = {t for n in nodes for t in n.outputs}
