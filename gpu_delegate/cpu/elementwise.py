@@ -217,11 +217,6 @@ def fused_clamp(x: np.ndarray, code: int) -> np.ndarray:
     return x
 
 
-def fused_bounds(code: int) -> tuple[float, float]:
-    """fused_clamp's bounds: (-inf, inf) where it leaves the result alone."""
-    return {ACT_RELU: (0.0, np.inf), ACT_RELU6: (0.0, 6.0), ACT_RELU_N1_TO_1: (-1.0, 1.0)}.get(code, (-np.inf, np.inf))
-
-
 def logistic(x: np.ndarray) -> np.ndarray:
     """1 / (1 + exp(-x)) in x's precision (the LOGISTIC op runs it with floating-point errors ignored: exp overflows
     for x below about -88, to a result of 0)."""

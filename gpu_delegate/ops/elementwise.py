@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 import numpy as np
 
 from ..backends.codegen import literal
+from ..cpu.conv import float_range
 from ..cpu.elementwise import (
     abs_lut,
     add_sub_q8,
@@ -31,7 +32,6 @@ from ..cpu.elementwise import (
     elu,
     f32,
     float_lut,
-    fused_bounds,
     fused_clamp,
     gelu,
     hard_swish,
@@ -654,8 +654,8 @@ class _Binary(Op):
         if len(node.inputs) != 2 or -1 in node.inputs or not _plain(*tensors) or \
                 (_own_run_cpu(cls, _Binary) and any(t.dtype != np.float32 for t in tensors)):
             raise asm.declined(f"{node}: {node.op} of other than plain tensors")
-        asm.elementwise(node.op, list(node.inputs), node.outputs[0],
-                        *fused_bounds(int(node.attrs.get(_ACT, 0)) if cls.fused else 0))
+        lo, hi = float_range(int(node.attrs.get(_ACT, 0)) if cls.fused else 0)
+        asm.elementwise(node.op, list(node.inputs), node.outputs[0], float(lo), float(hi))
 
     @classmethod
     def run_quantized(cls, node: Node, a: np.ndarray, b: np.ndarray, qa: tuple[float, int],
