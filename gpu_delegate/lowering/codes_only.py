@@ -52,7 +52,7 @@ def _coded_tensors(plan: Plan) -> dict[int, tuple[int, float, float]]:
     coded = {}
     for t, calls in writers.items():
         targets = {call.outputs.get(f"{arg}_codes", -1) for call, arg in calls}
-        if len(targets) != 1 or -1 in targets or plan.storage(t) != t or t in plan.placed:
+        if len(targets) != 1 or -1 in targets or plan.storage(t) != t:  # not an alias, nor a placed part
             continue
         call, arg = calls[0]
         # QINV is 1 / scale of a float32 scale: its reciprocal rounds back to that float32
