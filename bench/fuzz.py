@@ -53,7 +53,9 @@ REAL = {"real/sine_float.tflite": 4, "real/iris_landmark.tflite": 2, "real/face_
         "mobilenet/mobilenet_v2_224_int8.tflite": 1, "mobilenet/mobilenet_v1_224_fp16.tflite": 1}
 SMALL_WEIGHT = 6  # per writer-built model
 CASE_TIMEOUT_S = 120.0  # a cold mutated MobileNet compiles ~60 kernels on two backends
-MEMORY_LIMIT = 12 << 30  # the child's address space (PoCL and llvmpipe reserve a lot; the machine has 23 GiB)
+# the child's data (RLIMIT_DATA: private writable mappings). Not its address space: CUDA's OpenCL reserves far more
+# than any limit worth setting (on an H200 RLIMIT_AS kept every case off cl), and PoCL and llvmpipe reserve a lot.
+MEMORY_LIMIT = 12 << 30
 MAX_ELEMENTS = 1 << 24  # larger tensors after allocation: legal, but not worth the time of invoking
 PATHS = ("cpu", "cl", "gl")
 SELFTEST_CRASH = "GPU_DELEGATE_FUZZ_SELFTEST_CRASH"  # case index at which the child segfaults on purpose
@@ -714,7 +716,7 @@ def worker(seed: int, first: int, names_json: str, paths: str) -> None:
     """Run cases from ``first`` on, reporting each before and after, so the parent knows which one crashed."""
     import resource
 
-    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
+    resource.setrlimit(resource.RLIMIT_DATA, (MEMORY_LIMIT, MEMORY_LIMIT))
     names = [tuple(x) for x in json.loads(names_json)]
     crash_at = int(os.environ.get(SELFTEST_CRASH, -1))
     for i in range(first, 1 << 62):
