@@ -474,6 +474,7 @@ def plan_to_json(plan: Plan) -> dict[str, Any]:
         "buffer_of": [[a, b] for a, b in plan.buffer_of.items()],
         "buffer_sizes": plan.buffer_sizes, "nodes": plan.nodes, "notes": plan.notes, "tuned": plan.tuned,
         "fp32_tensors": sorted(plan.fp32_tensors), "fp32_consts": sorted(plan.fp32_consts),
+        "half_consts": sorted(plan.half_consts),
         "buffer_fp32": plan.buffer_fp32, "state_updates": [[a, b] for a, b in plan.state_updates.items()],
         "dense": sorted(plan.dense), "dense_copies": [[a, b] for a, b in plan.dense_copies.items()],
     }
@@ -499,6 +500,7 @@ def plan_from_json(d: dict[str, Any], blobs: dict[str, bytes]) -> Plan:
                 buffer_of={int(a): int(b) for a, b in d["buffer_of"]}, buffer_sizes=list(d["buffer_sizes"]),
                 nodes=list(d["nodes"]), notes=list(d["notes"]), tuned=bool(d["tuned"]),
                 fp32_tensors={int(t) for t in d["fp32_tensors"]}, fp32_consts=set(d["fp32_consts"]),
+                half_consts=set(d.get("half_consts", [])),
                 buffer_fp32=[bool(f) for f in d["buffer_fp32"]],
                 state_updates={int(a): int(b) for a, b in d["state_updates"]},
                 dense={int(t) for t in d.get("dense", [])},

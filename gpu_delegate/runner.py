@@ -100,7 +100,7 @@ def kernel_spec(call: KernelCall, plan: Plan, precision: str,
         return plan.tensor_precision(t, precision)
 
     def const_storage(key: str) -> str:
-        return "fp32" if key in plan.fp32_consts else precision
+        return plan.const_precision(key, precision)
 
     for name, t in call.inputs.items():
         args.append(Arg(name, "in", plan.tensors[t], tensor_storage(t), plan.placement(t)))
@@ -445,7 +445,7 @@ class PlanRunner:
         for n, fp32 in zip(plan.buffer_sizes, plan.buffer_fp32):
             self.buffers.append(backend.alloc(n, "fp32" if fp32 else self.precision))
         for key, rows in plan.consts.items():
-            precision = "fp32" if key in plan.fp32_consts else self.precision
+            precision = plan.const_precision(key, self.precision)
             buf = self.const_buffers[key] = backend.alloc(rows.shape[0], precision)
             backend.upload(buf, rows if precision == "fp32" else fp16_saturated(rows))
         self.bind()

@@ -691,3 +691,43 @@ def test_squeeze_excite_plan_from_the_serialization_dir(backend, tmp_path):
     np.testing.assert_array_equal(outs[0][0], outs[1][0])
     ref = run_litert(b.build(reference=True), b.feeds)[0]
     assert_float_close(outs[1][0], ref, 1e-4, what=f"second start on {backend}")
+
+
+def test_streamed_float16_weights_are_stored_as_halves(backend, tmp_path, monkeypatch):
+    """Weights that a kernel reads once an invoke (a FULLY_CONNECTED of one row: a one-pixel 1x1 convolution), each
+    value a float16 (a DEQUANTIZE of a float16 constant, as the converter's float16 models have), are stored as
+    halves in a float32 plan (lowering/half_weights.py): LiteRT's values, bit for bit the plan's without halves, and
+    the same from a second start that reads the plan from the serialization dir. Kept as float32: the same weights
+    read by a 1x1 convolution over 42 pixels (from cache, again and again), and one-row weights that are not all
+    float16 values."""
+    from gpu_delegate.lowering import half_weights
+
+    b = Builder()
+    x = b.input("x", [1, 40])
+    w16 = (b.rng.standard_normal([24, 40]) * 0.3).astype(np.float16)
+    b.op("DEQUANTIZE", [b.const(w16)], "w16", [24, 40], output=False)
+    b.op("FULLY_CONNECTED", [x, "w16", b.weights([24])], "fc_halves", [1, 24], fused_activation_function="RELU")
+    b.op("FULLY_CONNECTED", [x, b.weights([12, 40]), b.weights([12])], "fc_float32", [1, 12])
+    pixels = b.input("pixels", [1, 6, 7, 40])
+    b.op("DEQUANTIZE", [b.const(w16.reshape(24, 1, 1, 40))], "w16_filter", [24, 1, 1, 40], output=False)
+    b.op("CONV_2D", [pixels, "w16_filter", b.weights([24])], "conv_pixels", [1, 6, 7, 24], padding="VALID",
+         stride_h=1, stride_w=1)
+    ref = run_litert(b.build(reference=True), b.feeds)
+    outs = []
+    for start in range(2):  # the first start writes the dir, the second reads the plan from it
+        d = gd.GpuDelegate(backend=backend, serialization_dir=tmp_path, model_token="halves")
+        it = gd.Interpreter(model_content=b.build(), experimental_delegates=[d])
+        outs.append(run(it, b.feeds))
+        plan = plan_of(it)
+        names = {t: b.mb.tensors[t]["name"] for t in range(len(b.mb.tensors))}
+        halved = sorted(names[c.outputs["dst"]] for c in plan.kernels if c.consts.get("w") in plan.half_consts)
+        assert halved == ["fc_halves"], (start, halved, plan.notes)
+        (runner,) = [s.kernel.runner for s in it._steps if getattr(getattr(s, "kernel", None), "runner", None)]
+        assert {runner.const_buffers[key].precision for key in plan.half_consts} == {"fp16"}
+    for name, o, r in zip(["fc_halves", "fc_float32", "conv_pixels"], outs[1], ref, strict=True):
+        assert_float_close(o, r, 1e-4, what=f"{name} on {backend}")
+    monkeypatch.setattr(half_weights, "streamed_weights", lambda call: [])
+    it, plain = run_gpu(b.build(), b.feeds, backend)
+    assert not plan_of(it).half_consts
+    for o, p in zip(outs[0], plain, strict=True):
+        np.testing.assert_array_equal(o, p)

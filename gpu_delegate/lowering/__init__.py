@@ -29,6 +29,8 @@
     dense_inputs      an input that convolutions alone read, read in the host's dense order (OpenCL; on the plan)
     dense_copies      an output of whole slices: its writers store it in the host's dense order too, which the host
                       reads instead of converting it (OpenCL; on the plan)
+    half_weights      weights a kernel streams once an invoke (a one-pixel 1x1 convolution, the gate's products),
+                      stored as halves where each value is a float16 exactly (on the plan)
     memory            buffers shared between tensors whose lifetimes do not overlap
 
 Each pass returns a view.PassResult: what it applied, and what it declined with the reason. Op modules import

@@ -23,6 +23,7 @@ from . import (
     fuse_repeat,
     fuse_siblings,
     fuse_squeeze_excite,
+    half_weights,
     memory,
     merge_pad,
     pad_channels,
@@ -73,6 +74,7 @@ def build_plan(graph: Graph, nodes: list[int], inputs: list[int], outputs: list[
     results.append(codes_only.run(plan))
     results.append(dense_inputs.run(plan, graph, api))
     results.append(dense_copies.run(plan, api))
+    results.append(half_weights.run(plan))
     results.append(memory.run(plan))
     plan.notes = [note for r in results if r.name != "emit" for note in r.applied]
     return plan

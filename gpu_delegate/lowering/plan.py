@@ -170,6 +170,9 @@ class Plan:
     # stored as float32 whatever the delegate's precision (int32 values, exact to 2**24; fp16 is exact to 2048)
     fp32_tensors: set[int] = field(default_factory=set)
     fp32_consts: set[str] = field(default_factory=set)
+    # stored as float16 whatever the delegate's precision: weights a kernel streams, each value a half exactly
+    # (lowering/half_weights.py)
+    half_consts: set[str] = field(default_factory=set)
     buffer_fp32: list[bool] = field(default_factory=list)  # per buffer slot (memory plan)
     # variable (graph) tensor -> plan tensor holding its new value after an invoke; those are in ``outputs``
     state_updates: dict[int, int] = field(default_factory=dict)
@@ -193,6 +196,10 @@ class Plan:
     def tensor_precision(self, t: int, precision: str) -> str:
         """The storage of plan tensor ``t`` when the delegate stores ``precision``."""
         return "fp32" if self.storage(t) in self.fp32_tensors else precision
+
+    def const_precision(self, key: str, precision: str) -> str:
+        """The storage of constant ``key`` when the delegate stores ``precision``."""
+        return "fp32" if key in self.fp32_consts else "fp16" if key in self.half_consts else precision
 
     def storage(self, t: int) -> int:
         """The tensor that owns t's buffer (past dropped reshapes and placed parts)."""
