@@ -342,9 +342,21 @@ def _dense(code: np.ndarray, fparams: np.ndarray, k: int, ws: np.ndarray) -> Non
     acc = np.zeros(width)
     for m in range(m_rows):
         acc[:] = 0.0
-        for kk in range(depth):
-            xv = ws[x + m * depth + kk]
-            w_row = ws[w + kk * width:w + (kk + 1) * width]  # a view: the loop below vectorizes (2.6x indexing ws)
+        kk, xm = 0, x + m * depth
+        # 4 rows of w a pass, each output's sum still taken in order: a load and a store of acc per 4 products
+        # (a masked LSTM's 64 x 192: 3.75 -> 2.87 us; 8 a pass, indexing ws, kept the compiler from vectorizing)
+        while kk + 4 <= depth:
+            x0, x1, x2, x3 = ws[xm + kk], ws[xm + kk + 1], ws[xm + kk + 2], ws[xm + kk + 3]
+            w0 = ws[w + kk * width:w + (kk + 1) * width]  # views: the loop below vectorizes (2.6x indexing ws)
+            w1 = ws[w + (kk + 1) * width:w + (kk + 2) * width]
+            w2 = ws[w + (kk + 2) * width:w + (kk + 3) * width]
+            w3 = ws[w + (kk + 3) * width:w + (kk + 4) * width]
+            for o in range(width):
+                acc[o] = (((acc[o] + x0 * w0[o]) + x1 * w1[o]) + x2 * w2[o]) + x3 * w3[o]
+            kk += 4
+        for j in range(kk, depth):
+            xv = ws[xm + j]
+            w_row = ws[w + j * width:w + (j + 1) * width]
             for o in range(width):
                 acc[o] += xv * w_row[o]
         for o in range(width):
