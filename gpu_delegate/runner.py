@@ -221,7 +221,7 @@ class PlanRunner:
                     runner.warm_up(*sample, progress=progress)
                 if not plan.tuned and runner.tunes(delegate, device_type):
                     spent = runner.timings["compile_s"] + runner.timings.get("warm_up_s", 0.0)
-                    runner.tune(min(TUNE_SHARE * spent, TUNE_SECONDS), progress)
+                    runner.tune(min(TUNE_SHARE * spent, TUNE_SECONDS), progress, sample)
                     tuned = True
             except BaseException:
                 runner.close()  # the buffers allocated before the one that failed
@@ -373,29 +373,38 @@ class PlanRunner:
         self.run(feeds, codes, progress=progress)
         self.timings["warm_up_s"] = time.perf_counter() - t0
 
-    def tune(self, budget_s: float, progress: Progress | None = None) -> None:
+    def tune(self, budget_s: float, progress: Progress | None = None,
+             sample: tuple[dict[int, np.ndarray], dict[int, tuple[float, int]]] | None = None) -> None:
         """Time each distinct kernel at a few work-group sizes on its real buffers and keep the fastest in
         the plan (so the serialization cache keeps it too), for at most ``budget_s``; kernels not reached
         keep the rule's size. No kernel writes a constant buffer, and every invoke recomputes all the others
-        from the inputs, so these extra launches change no answer."""
+        from the inputs, so these extra launches change no answer.
+
+        The kernels run in the plan's order, each at least once, from ``sample``'s inputs written again: so each
+        one is timed on the values its producers compute. The memory plan lends an input's buffer to later
+        tensors, and after a run it holds their values (8-bit codes read as floats are denormals, on which an
+        image model's first kernel took 4-7x its time on PoCL)."""
         t0 = time.perf_counter()
         info = self.backend.device_info()
         chosen: dict[tuple[str, tuple[int | float, ...]], tuple[int, int, int]] = {}
         distinct = len({(p.source, p.values) for p in self.programs})
         if progress is not None:
             progress.stage(f"tuning work-group sizes of {distinct} kernels (at most {budget_s:.1f} s)", distinct)
+        if sample is not None:
+            feeds, codes = sample
+            for t in self.plan.inputs:
+                self._upload(t, feeds[t], codes.get(t))
         stopped = False
         for call, program, (_, buffers) in zip(self.plan.kernels, self.programs, self.calls):
             kernel = (program.source, program.values)  # one source may serve layers of several sizes
-            if kernel in chosen:
-                call.local_size = chosen[kernel]
-                continue
-            if not stopped and time.perf_counter() - t0 > budget_s:
+            if not stopped and kernel not in chosen and time.perf_counter() - t0 > budget_s:
                 stopped = True
                 log.info("work-group tuning stopped after %.1f s at %s", budget_s, call.label)
             spec = program.spec
-            if stopped or spec.shared:  # a kernel of one work group (shared arrays) runs at its grid's size
-                call.local_size = chosen[kernel] = program.local_size
+            if kernel in chosen or stopped or spec.shared:
+                # a kernel of one work group (shared arrays) runs at its grid's size
+                call.local_size = chosen.setdefault(kernel, program.local_size)
+                self.backend.dispatch_bound(self.backend.bind([(program, buffers)]))  # its outputs, for the next
                 continue
             best = (self._time(program, buffers), program.local_size)
             for local in local_size_candidates(spec.grid, info, self.backend.tuning_candidates):
