@@ -808,13 +808,13 @@ def _postop_step(k: int, p: PostOp, vec: str, expr: str, operand: str) -> str:
         return f"{vec} kept{p.slot} = v;"
     if p.kind == "lut":  # the codes are exact integers in float: the conversion to int truncates nothing
         wide = vec == "float16"
-        lanes = [f"s{j:x}" for j in range(16)] if wide else list("xyzw")
         splat = "SPLAT16" if wide else "SPLAT"
         quotient = f"v / {splat}(PQ{k}_SCALE)" if p.exact else f"v * {splat}(PQ{k}_INVERSE)"
         rounded = f"QROUND({quotient}, PQ{k}_LO, PQ{k}_HI)"
         code = (f"GD_CONVERT({rounded}, int16)" if wide else f"TO_INT4({rounded})") + f" + PQ{k}_OFFSET"
-        return (f"{{ {'int16' if wide else 'INT4'} c = {code}; v = {'(float16)(' if wide else 'MAKE_FLT4('}"
-                + ", ".join(f"p{k}_read1(c.{lane})" for lane in lanes) + "); }")
+        if wide:  # a table is float32 whatever the storage (LowerContext.table_const): the prelude's gather
+            return f"{{ int16 c = {code}; v = GD_LOOKUP16(p{k}_buf, c); }}"
+        return f"{{ INT4 c = {code}; v = MAKE_FLT4(" + ", ".join(f"p{k}_read1(c.{lane})" for lane in "xyzw") + "); }"
     if p.operand is None:
         return f"{{ {vec} a = v; v = {expr}; }}"
     a, b = ("o", "v") if p.operand_first else ("v", "o")
