@@ -21,17 +21,17 @@ __attribute__((always_inline)) inline float4 dense_vec4(int n, int s BUFS_DECL) 
 __attribute__((always_inline)) inline float16 dense16(int n BUFS_DECL) {
   __global const float* p = (__global const float*)src_buf + DENSE_C * n;
 #if DENSE_C == 1
-  float4 a = vload4(0, p);
+  float4 a = GD_VLOAD4(0, p);
   return (float16)(a.s0, 0.0f, 0.0f, 0.0f, a.s1, 0.0f, 0.0f, 0.0f, a.s2, 0.0f, 0.0f, 0.0f, a.s3, 0.0f, 0.0f, 0.0f);
 #elif DENSE_C == 2
-  float8 a = vload8(0, p);
+  float8 a = GD_VLOAD8(0, p);
   return (float16)(a.s01, 0.0f, 0.0f, a.s23, 0.0f, 0.0f, a.s45, 0.0f, 0.0f, a.s67, 0.0f, 0.0f);
 #elif DENSE_C == 3
-  float8 a = vload8(0, p);
-  float4 b = vload4(0, p + 8);
+  float8 a = GD_VLOAD8(0, p);
+  float4 b = GD_VLOAD4(0, p + 8);
   return (float16)(a.s012, 0.0f, a.s345, 0.0f, a.s67, b.s0, 0.0f, b.s123, 0.0f);
 #else
-  return vload16(0, p);
+  return GD_VLOAD16(0, p);
 #endif
 }
 #define SRC_VEC16(i, n) dense16((n) BUFS)
@@ -50,7 +50,7 @@ int i = dst_idx(b, GID_Y, x0, s);
 int n = (b * dst_H + GID_Y) * dst_W + x0;  // the first pixel's index (SRC_DENSE)
 #if SRC_DENSE && DENSE_C == 1 && defined(GD_POSTOP_VALUES)
 if (x0 + 3 < dst_W) {  // 4 pixels of one channel: their post-ops on one vec4, not on the 16 lanes stored
-  float4 a = postop_values(vload4(0, (__global const float*)src_buf + n) BUFS);
+  float4 a = postop_values(GD_VLOAD4(0, (__global const float*)src_buf + n) BUFS);
   dst_store16((int4)(i) + (int4)(0, 1, 2, 3),
               (float16)(a.s0, 0.0f, 0.0f, 0.0f, a.s1, 0.0f, 0.0f, 0.0f, a.s2, 0.0f, 0.0f, 0.0f, a.s3, 0.0f, 0.0f, 0.0f), 4);
   return;
@@ -59,7 +59,7 @@ if (x0 + 3 < dst_W) {  // 4 pixels of one channel: their post-ops on one vec4, n
 if (x0 + 3 < dst_W) {  // 4 RGB pixels: their 12 values stepped as 3 vec4, not the 16 lanes stored (an int8 model's
                        // QUANTIZE of its image: a division a value)
   __global const float* p = (__global const float*)src_buf + 3 * n;
-  float4 a = postop_values(vload4(0, p) BUFS), b = postop_values(vload4(1, p) BUFS), c = postop_values(vload4(2, p) BUFS);
+  float4 a = postop_values(GD_VLOAD4(0, p) BUFS), b = postop_values(GD_VLOAD4(1, p) BUFS), c = postop_values(GD_VLOAD4(2, p) BUFS);
   dst_store16((int4)(i) + (int4)(0, 1, 2, 3),
               (float16)(a.s012, 0.0f, a.s3, b.s01, 0.0f, b.s23, c.s0, 0.0f, c.s123, 0.0f), 4);
   return;
