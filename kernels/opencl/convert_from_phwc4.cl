@@ -24,13 +24,13 @@ for (int p = first; p <= last; p++) {
   int base = p + (p / PLANE) * (src_S - 1) * PLANE;
   int e = p * src_C;  // the pixel's first value in src's own dense order; ROW is a multiple of src_C
   __global float* row = out + (e / ROW) * STRIDE + OFFSET + e % ROW;
-  for (int s = 0; s < src_S - 1; s++) vstore4(src_read(base + s * PLANE), 0, row + 4 * s);
+  for (int s = 0; s < src_S - 1; s++) GD_VSTORE4(src_read(base + s * PLANE), 0, row + 4 * s);
   float4 v = src_read(base + (src_S - 1) * PLANE);
 #if src_C % 4 == 0
-  vstore4(v, 0, row + 4 * (src_S - 1));
+  GD_VSTORE4(v, 0, row + 4 * (src_S - 1));
 #else
   if (src_C > 1 && p < last && (e + src_C) % ROW != 0) {  // one channel: the spill would reach 3 pixels on
-    vstore4(v, 0, row + 4 * (src_S - 1));
+    GD_VSTORE4(v, 0, row + 4 * (src_S - 1));
   } else {
     row[4 * (src_S - 1)] = v.x;
 #if src_C % 4 > 1

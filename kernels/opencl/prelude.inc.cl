@@ -86,9 +86,10 @@ GD_ROUND(float) GD_ROUND(float4) GD_ROUND(float16)
 #else
 #define GD_AVX2_ONLY 0
 #endif
-// GD_VLOAD4/8/16(k, p): vloadN(k, p), floats at any 4-byte boundary. On a CPU device (GD_INLINE_HALF) a plain vector
-// load of an under-aligned type: PoCL calls vloadN from its library, out of line, and the work-group loop around
-// the call stays scalar (an int8 MobileNetV3Small's QUANTIZE of its 160x160 RGB image, in plan order: 399 -> 297 us)
+// GD_VLOAD4/8/16(k, p), GD_VSTORE4(v, k, p): vloadN(k, p) and vstore4(v, k, p), floats at any 4-byte boundary. On a CPU
+// device (GD_INLINE_HALF) a plain vector load or store of an under-aligned type: PoCL calls vloadN and vstoreN from
+// its library, out of line, and the work-group loop around the call stays scalar (an int8 MobileNetV3Small's
+// QUANTIZE of its 160x160 RGB image, in plan order: 399 -> 297 us)
 #if GD_INLINE_HALF
 typedef float4 __attribute__((aligned(4))) gd_float4_a4;
 typedef float8 __attribute__((aligned(4))) gd_float8_a4;
@@ -96,10 +97,12 @@ typedef float16 __attribute__((aligned(4))) gd_float16_a4;
 #define GD_VLOAD4(k, p) (*(__global const gd_float4_a4*)((p) + 4 * (k)))
 #define GD_VLOAD8(k, p) (*(__global const gd_float8_a4*)((p) + 8 * (k)))
 #define GD_VLOAD16(k, p) (*(__global const gd_float16_a4*)((p) + 16 * (k)))
+#define GD_VSTORE4(v, k, p) (*(__global gd_float4_a4*)((p) + 4 * (k)) = (v))
 #else
 #define GD_VLOAD4(k, p) vload4((k), (p))
 #define GD_VLOAD8(k, p) vload8((k), (p))
 #define GD_VLOAD16(k, p) vload16((k), (p))
+#define GD_VSTORE4(v, k, p) vstore4((v), (k), (p))
 #endif
 // GD_LOOKUP16(table, c): the 16 floats of a float32 table (a lookup post-op's, codegen._postop_step) at the int16
 // indices c. On x86 with AVX-512 one gather instruction; elsewhere 16 loads, which PoCL (AVX-512, Sapphire Rapids)
