@@ -797,9 +797,10 @@ def _postop_constants(k: int, p: PostOp) -> dict[str, float | int]:
     return constants
 
 
-def _postop_step(k: int, p: PostOp, vec: str, expr: str, operand: str) -> str:
+def _postop_step(k: int, p: PostOp, vec: str, expr: str, operand: str, language: str | None = None) -> str:
     """One post-op as a statement updating ``v`` of type ``vec``; ``operand`` reads post-op ``k``'s operand and
-    ``PQ<k>_*`` its constants (_postop_constants)."""
+    ``PQ<k>_*`` its constants (_postop_constants). ``language`` "opencl": a lookup of a vec4 is the prelude's
+    GD_LOOKUP4 (a gather where the compiler targets one)."""
     if p.kind == "fake_quant":
         name = ("fake_quant" if vec == "FLT4" else "fake_quant16") + ("" if p.exact else "_rcp")
         inverse = "" if p.exact else f"PQ{k}_INVERSE, "
@@ -812,8 +813,11 @@ def _postop_step(k: int, p: PostOp, vec: str, expr: str, operand: str) -> str:
         quotient = f"v / {splat}(PQ{k}_SCALE)" if p.exact else f"v * {splat}(PQ{k}_INVERSE)"
         rounded = f"QROUND({quotient}, PQ{k}_LO, PQ{k}_HI)"
         code = (f"GD_CONVERT({rounded}, int16)" if wide else f"TO_INT4({rounded})") + f" + PQ{k}_OFFSET"
-        if wide:  # a table is float32 whatever the storage (LowerContext.table_const): the prelude's gather
+        # a table is float32 whatever the storage (LowerContext.table_const): OpenCL's prelude gathers it
+        if wide:
             return f"{{ int16 c = {code}; v = GD_LOOKUP16(p{k}_buf, c); }}"
+        if language == "opencl":
+            return f"{{ INT4 c = {code}; v = GD_LOOKUP4(p{k}_buf, c); }}"
         return f"{{ INT4 c = {code}; v = MAKE_FLT4(" + ", ".join(f"p{k}_read1(c.{lane})" for lane in "xyzw") + "); }"
     if p.operand is None:
         return f"{{ {vec} a = v; v = {expr}; }}"
@@ -821,7 +825,7 @@ def _postop_step(k: int, p: PostOp, vec: str, expr: str, operand: str) -> str:
     return f"{{ {vec} o = {operand}; {vec} a = {a}; {vec} b = {b}; v = {expr}; }}"
 
 
-def render_steps(name: str, postops: list[PostOp], constants: bool = False) -> str:
+def render_steps(name: str, postops: list[PostOp], constants: bool = False, language: str | None = None) -> str:
     """``FLT4 name(FLT4 v)``: post-ops that read no buffer and no constant (expressions of the value alone, and
     those of a value it kept: an activation, swish) applied to a value a kernel keeps to itself, such as a
     squeeze-and-excite's hidden layer (kernels/dialect/squeeze_excite.dialect). With ``constants``
@@ -829,7 +833,8 @@ def render_steps(name: str, postops: list[PostOp], constants: bool = False) -> s
     the kernel has for the same post-ops (render_postops)."""
     if not (value_steps(postops) if constants else all(self_contained(p) for p in postops)):
         raise ValueError(f"{name}: a post-op that reads a buffer or a constant has no place outside a stored result")
-    body = "".join(f"  {_postop_step(k, p, 'FLT4', p.expr, f'kept{p.slot}')}\n" for k, p in enumerate(postops))
+    body = "".join(f"  {_postop_step(k, p, 'FLT4', p.expr, f'kept{p.slot}', language)}\n"
+                   for k, p in enumerate(postops))
     return f"FLT4 {name}(FLT4 v{' BUFS_DECL' if constants else ''}) {{\n{body}  return v;\n}}\n"
 
 
@@ -872,11 +877,12 @@ def render_postops(postops: list[PostOp], dst_channels: int, language: str | Non
         operand = f"p{k}_read({_OPERAND_INDEX[p.operand]})" if p.operand in _OPERAND_INDEX else \
             f"kept{p.slot}" if p.operand == "kept" else f"p{k}_zero_extended(i BUFS)" if p.operand == "zero_extended" \
             else ""
-        lines.append("  " + _postop_step(k, p, "FLT4", p.expr, operand))
+        lines.append("  " + _postop_step(k, p, "FLT4", p.expr, operand, language))
     lines.append("  return ZERO_PAD(v, s, dst_C);" if dst_channels % 4 else "  return v;")
     lines.append("}")
     if values:
-        lines += ["#define GD_POSTOP_VALUES 1", render_steps("postop_values", postops, constants=True).rstrip()]
+        steps = render_steps("postop_values", postops, constants=True, language=language)
+        lines += ["#define GD_POSTOP_VALUES 1", steps.rstrip()]
     wide = [_wide_expr(p.expr) if p.kind == "expr" else "" for p in postops] if language == "opencl" else [None]
     has_wide = all(e is not None for e in wide)
     if has_wide:
