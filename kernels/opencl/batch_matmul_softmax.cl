@@ -12,10 +12,7 @@
 // @include opencl/fake_quant16.inc.cl
 float16 scores16(float16 v BUFS_DECL) {
   int16 c = GD_CONVERT(QROUND(v * (float16)(Q_IN_INV), Q_IN_LO, Q_IN_HI), int16) + SCORES_OFFSET;
-  return (float16)(scores_read1(c.s0), scores_read1(c.s1), scores_read1(c.s2), scores_read1(c.s3),
-                   scores_read1(c.s4), scores_read1(c.s5), scores_read1(c.s6), scores_read1(c.s7),
-                   scores_read1(c.s8), scores_read1(c.s9), scores_read1(c.sa), scores_read1(c.sb),
-                   scores_read1(c.sc), scores_read1(c.sd), scores_read1(c.se), scores_read1(c.sf));
+  return GD_LOOKUP16(scores_buf, c);  // a float32 table (ops/conv.py)
 }
 #define SCORES16(v) scores16((v) BUFS)
 #define PROBABILITY16(v) fake_quant16((v), Q_OUT_S, Q_OUT_LO, Q_OUT_HI)
