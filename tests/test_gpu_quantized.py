@@ -430,6 +430,21 @@ def test_ops_that_keep_their_grid_take_no_fake_quant_step(backend):
     assert set(placement(it)) == {backend}, placement(it)
 
 
+def test_small_int8_convolutions_sum_codes_where_their_writers_store_them(monkeypatch):
+    """Below INT8_MIN_MACS a convolution sums integer dot products only where its input's codes come free: a kernel
+    of the plan writes the input whole and stores its codes beside it. In dot_convs (every layer small but two) the
+    four convolutions of the model's input, which would need a quantize pass, stay float; c1x1_32 and the
+    FULLY_CONNECTED (~0.2 M multiply-adds each, their inputs written by other convolutions) sum codes, as do the
+    two larger ones; all match LiteRT."""
+    backend = shared_delegate("cl", quantized=True).backend  # run_gpu's
+    monkeypatch.setitem(backend._info, "int8_dot", True)
+    it = check_chain("cl", "int8_dot_convs")
+    plan = runner_of(it).plan
+    summed = sorted(it.graph.tensors[c.outputs["dst"]].name for c in plan.kernels if c.kernel == "conv2d_int8")
+    assert summed == ["c1x1_264", "c1x1_32", "c3x3_d2_32", "fc_rows_130"], summed
+    assert not any(c.kernel == "quantize_u8" for c in plan.kernels)
+
+
 def test_int8_convolutions_on_integer_dot_products(monkeypatch):
     """OpenCL told that its device has 4-byte integer dot products (DeviceInfo.int8_dot; true of PoCL on x86 with
     VNNI, and conv2d_int8.cl's portable sum runs anywhere else): every convolution of dot_convs (and its
