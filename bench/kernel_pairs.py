@@ -60,9 +60,7 @@ def runner_for(path: Path, backend: str, package: str):
 def dispatch_times(runner, last: dict) -> list[float]:
     """Seconds of each dispatch of the plan, in order, each waited for, after the last invoke's inputs are written
     again (untimed)."""
-    feeds, codes = last["feeds"], last["codes"]
-    runner.backend.invoke([(runner._input_route(t, codes.get(t), feeds[t].dtype), feeds[t])
-                           for t in runner.plan.inputs], [], [])
+    runner.write_inputs(last["feeds"], last["codes"])
     times = []
     for bound in runner.bound:
         t0 = time.perf_counter()

@@ -391,11 +391,9 @@ class PlanRunner:
         if progress is not None:
             progress.stage(f"tuning work-group sizes of {distinct} kernels (at most {budget_s:.1f} s)", distinct)
         if sample is not None:
-            feeds, codes = sample
-            for t in self.plan.inputs:
-                self._upload(t, feeds[t], codes.get(t))
+            self.write_inputs(*sample)
         stopped = False
-        for call, program, (_, buffers) in zip(self.plan.kernels, self.programs, self.calls):
+        for call, program, (_, buffers), bound in zip(self.plan.kernels, self.programs, self.calls, self.bound):
             kernel = (program.source, program.values)  # one source may serve layers of several sizes
             if not stopped and kernel not in chosen and time.perf_counter() - t0 > budget_s:
                 stopped = True
@@ -404,7 +402,7 @@ class PlanRunner:
             if kernel in chosen or stopped or spec.shared:
                 # a kernel of one work group (shared arrays) runs at its grid's size
                 call.local_size = chosen.setdefault(kernel, program.local_size)
-                self.backend.dispatch_bound(self.backend.bind([(program, buffers)]))  # its outputs, for the next
+                self.backend.dispatch_bound([bound])  # its outputs, for the next
                 continue
             best = (self._time(program, buffers), program.local_size)
             for local in local_size_candidates(spec.grid, info, self.backend.tuning_candidates):
@@ -485,13 +483,18 @@ class PlanRunner:
         if progress is None:
             inputs = [(self._input_route(t, codes.get(t), feeds[t].dtype), feeds[t]) for t in plan.inputs]
             return dict(zip(plan.outputs, backend.invoke(inputs, self.bound, self.output_routes)))
-        for t in plan.inputs:
-            self._upload(t, feeds[t], codes.get(t))
+        self.write_inputs(feeds, codes)
         for bound in self.bound:
             backend.dispatch_bound([bound])
             backend.finish()
             progress.advance()
         return {t: self._download(t) for t in plan.outputs}
+
+    def write_inputs(self, feeds: dict[int, np.ndarray], codes: dict[int, tuple[float, int]]) -> None:
+        """Every input into its buffer (``run``'s inputs and codes), and nothing else: before dispatches timed one
+        by one, which must read the inputs' values, not what later tensors left in a buffer the memory plan lent."""
+        for t in self.plan.inputs:
+            self._upload(t, feeds[t], codes.get(t))
 
     def _upload(self, t: int, feed: np.ndarray, quant: tuple[float, int] | None) -> None:
         """Input ``t`` into its buffer: as it is where it is stored dense, else through a conversion into PHWC4."""
