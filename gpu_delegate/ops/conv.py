@@ -1250,9 +1250,8 @@ def lower_batch_matmul(node: Node, ctx: LowerContext) -> None:
             defines.update({"QUANT": 1, "Q_IN_INV": float(np.float32(1) / np.float32(p_scale)), "Q_IN_LO": p_lo,
                             "Q_IN_HI": p_hi, "SCORES_OFFSET": lookup_grid(rounding.scores)[1],
                             **grid_defines("Q_OUT", rounding.out)})
-            # a lookup table, float32 whatever the storage (as LowerContext.table_const): fp16 would move its values
-            # off their grid, and OpenCL on a CPU gathers it (prelude GD_LOOKUP16)
-            consts["scores"] = ctx.const(f"bmm_scores:{node.index}", lambda: table_rows(rounding.scores), fp32=True)
+            # a lookup table, float32 whatever the storage, which OpenCL on a CPU gathers (prelude GD_LOOKUP16)
+            consts["scores"] = ctx.table_const(node.index, table_rows(rounding.scores))
         ctx.kernel("batch_matmul_softmax", inputs, {"dst": out}, consts, defines, (-(-m // BMM_ROWS), oh, ob),
                    variants={"opencl": "batch_matmul_softmax"} if ctx.cpu_opencl else None)
         return
